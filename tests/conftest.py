@@ -1,0 +1,55 @@
+"""Shared fixtures: the shared assets, stand-in models, and one Ray cluster per test session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _assets_dir() -> Path:
+    override = os.environ.get("FUSION_RAY_TEST_ASSETS")
+    return Path(override) if override else REPO_ROOT.parent / "shared" / "assets"
+
+
+@pytest.fixture(scope="session")
+def assets_dir() -> Path:
+    path = _assets_dir()
+    if not (path / "images").is_dir():
+        pytest.skip(f"shared assets not found at {path} (set FUSION_RAY_TEST_ASSETS)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def images_dir(assets_dir: Path) -> Path:
+    return assets_dir / "images"
+
+
+@pytest.fixture(scope="session")
+def scrfd_path(assets_dir: Path) -> Path:
+    path = assets_dir / "models" / "scrfd_2.5g.onnx"
+    if not path.is_file():
+        pytest.skip(f"real SCRFD detector not found at {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[None]:
+    """One local Ray instance for the whole session (start-up costs 5-7 s on 2 cores)."""
+    import ray
+    from ray.data import DataContext
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    ctx = DataContext.get_current()
+    # A deadlocked pipeline fails fast instead of hanging CI.
+    ctx.execution_no_progress_timeout_s = 120  # type: ignore[attr-defined]
+    ctx.enable_progress_bars = False
+    yield
+    # Shut down at the end of the session only.
+    ray.shutdown()
