@@ -84,3 +84,19 @@ class Face:
     def with_embedding(self, embedding: Embedding) -> Face:
         """A copy of this face carrying ``embedding``."""
         return Face(self.bbox_xyxy, self.landmarks_5, self.score, embedding)
+
+
+@dataclass(frozen=True)
+class SourceIdentity:
+    """The identity to swap in, computed once per job or request and shared (it is small).
+
+    ``embedding``: the averaged, L2-normalised ArcFace embedding (None without an embedder);
+    ``latent``: the inswapper latent derived from it (None for the classic swapper);
+    ``crop``: the aligned source face crop (classic swapper only); ``num_images``: how many
+    source images went into it.
+    """
+
+    embedding: Embedding | None
+    latent: npt.NDArray[np.float32] | None
+    crop: Crop | None
+    num_images: int

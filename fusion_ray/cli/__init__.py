@@ -1,0 +1,77 @@
+"""The ``fusion-ray`` command. The CLI package is the only place that prints and exits.
+
+Each subcommand lives in its own module with ``register(subparsers)`` and a ``run(args)``
+that returns an exit code; library errors are mapped to one-line messages here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from fusion_ray import __version__
+from fusion_ray.errors import FusionRayError
+
+INTERNAL_ERROR_EXIT = 70
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from fusion_ray.cli import models, swap
+
+    parser = argparse.ArgumentParser(prog="fusion-ray", description="Face swapping as a batched Ray pipeline.")
+    parser.add_argument("--version", action="version", version=f"fusion-ray {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug, tracebacks)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (swap, models, *_optional_commands()):
+        module.register(sub)
+    return parser
+
+
+def _optional_commands() -> list:  # type: ignore[type-arg]
+    """Subcommands of later layers (job, serve, bench), when present."""
+    import importlib
+
+    found = []
+    for name in ("job", "serve", "bench"):
+        try:
+            found.append(importlib.import_module(f"fusion_ray.cli.{name}"))
+        except ModuleNotFoundError as exc:
+            if exc.name != f"fusion_ray.cli.{name}":
+                raise
+    return found
+
+
+def configure_logging(verbosity: int) -> None:
+    level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+    logging.getLogger("fusion_ray").setLevel(level)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.verbose)
+    try:
+        code: int = args.run(args)
+        return code
+    except FusionRayError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # the last line of defence: one line, no traceback unless -vv
+        if args.verbose >= 2:
+            raise
+        print(f"internal error: {type(exc).__name__}: {exc} (run with -vv for a traceback)", file=sys.stderr)
+        return INTERNAL_ERROR_EXIT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Options shared by the commands that run the engine, and their mapping to EngineConfig."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from fusion_ray.config import EngineConfig, load_yaml_config, parse_config
+from fusion_ray.errors import ConfigError
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("engine")
+    group.add_argument("--config", type=Path, help="YAML file with an 'engine' section (command-line options win)")
+    group.add_argument("--swapper", choices=["inswapper", "classic"], help="face swapper (default: inswapper)")
+    group.add_argument("--select", dest="selection", choices=["all", "largest", "index", "reference"],
+                       help="which target faces to swap (default: all)")
+    group.add_argument("--face-index", type=int, help="face index in reading order for --select index")
+    group.add_argument("--reference", type=Path, help="image of the face to swap, for --select reference")
+    group.add_argument("--enhance", nargs="?", type=float, const=0.8, metavar="BLEND",
+                       help="enhance swapped faces with GFPGAN; BLEND is the enhanced share (default 0.8)")
+    group.add_argument("--poisson", action="store_true", help="classic swapper: Poisson blending")
+    group.add_argument("--models-dir", type=Path, help="model directory (default: $FUSION_RAY_MODELS or the user cache)")
+    group.add_argument("--model", action="append", default=[], metavar="NAME=PATH",
+                       help="use this file for model NAME, e.g. scrfd_2.5g=/x/scrfd_2.5g.onnx (repeatable)")
+    group.add_argument("--providers", help="comma-separated execution providers: tensorrt,cuda,cpu (default: auto)")
+    group.add_argument("--detector-size", type=int, help="detector input size, a multiple of 32 (default 640)")
+
+
+def parse_model_paths(items: list[str]) -> dict[str, Path]:
+    paths: dict[str, Path] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ConfigError(f"--model expects NAME=PATH, got {item!r}")
+        paths[name.strip()] = Path(path.strip())
+    return paths
+
+
+def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
+    """The YAML engine section (if any) overlaid with the command-line options that were given."""
+    base = load_yaml_config(args.config, EngineConfig, section="engine") if args.config else EngineConfig()
+    data: dict[str, Any] = base.model_dump()
+    if args.swapper:
+        data["swap"]["swapper"] = args.swapper
+    if args.poisson:
+        data["swap"]["poisson"] = True
+    if args.selection:
+        data["selection"]["mode"] = args.selection
+    if args.face_index is not None:
+        data["selection"]["index"] = args.face_index
+    if args.reference is not None:
+        data["selection"]["reference_path"] = args.reference
+        if not args.selection:
+            data["selection"]["mode"] = "reference"
+    if args.enhance is not None:
+        data["enhance"] = {"enabled": True, "blend": args.enhance}
+    if args.models_dir:
+        data["models"]["models_dir"] = args.models_dir
+    if args.model:
+        data["models"]["paths"] = {**data["models"]["paths"], **parse_model_paths(args.model)}
+    if args.providers:
+        data["runtime"]["providers"] = [p.strip().lower() for p in args.providers.split(",") if p.strip()]
+    if args.detector_size:
+        data["detector"]["size"] = args.detector_size
+    return parse_config(data, EngineConfig, source="options")

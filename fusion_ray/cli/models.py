@@ -1,0 +1,144 @@
+"""``fusion-ray models``: list, download, verify, make-dynamic, make-standins."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from fusion_ray.errors import FusionRayError, InputError, ModelError
+from fusion_ray.models.registry import all_specs, get_spec
+from fusion_ray.models.store import ModelStore, resolve_models_dir, write_hash_record
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("models", help="manage model files", description="List, download and verify models.")
+    parser.add_argument("--models-dir", type=Path, help="model directory (default: $FUSION_RAY_MODELS or the user cache)")
+    msub = parser.add_subparsers(dest="models_command", required=True, metavar="ACTION")
+
+    p = msub.add_parser("list", help="registered models and their state")
+    p.set_defaults(run=run_list)
+
+    p = msub.add_parser("download", help="download (resumable) and verify models")
+    p.add_argument("names", nargs="*", help="model names (default: all)")
+    p.add_argument("--accept-licences", action="store_true",
+                   help="accept the models' licences without asking (needed when not on a terminal)")
+    p.add_argument("--force", action="store_true", help="download again even if present and verified")
+    p.set_defaults(run=run_download)
+
+    p = msub.add_parser("verify", help="re-hash model files and check them")
+    p.add_argument("names", nargs="*", help="model names (default: all present)")
+    p.set_defaults(run=run_verify)
+
+    p = msub.add_parser("make-dynamic", help="rewrite a model's fixed batch dimension and prove outputs unchanged")
+    p.add_argument("src", type=Path)
+    p.add_argument("dst", type=Path)
+    p.add_argument("--check-batch", type=int, default=4)
+    p.set_defaults(run=run_make_dynamic)
+
+    p = msub.add_parser("make-standins", help="generate labelled STAND-IN models (not real weights) for tests")
+    p.add_argument("directory", type=Path)
+    p.add_argument("--variant", choices=["light", "cost_faithful"], default="light")
+    p.set_defaults(run=run_make_standins)
+
+
+def _store(args: argparse.Namespace) -> ModelStore:
+    return ModelStore(resolve_models_dir(args.models_dir))
+
+
+def run_list(args: argparse.Namespace) -> int:
+    store = _store(args)
+    print(f"models directory: {store.root}")
+    print(f"{'name':22} {'kind':9} {'status':15} {'size':>9}  licence")
+    for row in store.status_rows():
+        size = f"{row['size'] / 1e6:.0f} MB" if row["size"] else f"~{row['approx_size_mb']:.0f} MB"
+        print(f"{row['name']:22} {row['kind']:9} {row['status']:15} {size:>9}  {row['licence']}")
+    return 0
+
+
+class _Progress:
+    """A one-line progress bar on stderr."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int | None) -> None:
+        now = time.monotonic()
+        if now - self.last < 0.2 and (total is None or done < total):
+            return
+        self.last = now
+        if total:
+            width = 30
+            filled = int(width * done / total)
+            bar = "#" * filled + "-" * (width - filled)
+            print(f"\r{self.name}: [{bar}] {done / 1e6:7.1f}/{total / 1e6:.1f} MB", end="", file=sys.stderr)
+        else:
+            print(f"\r{self.name}: {done / 1e6:7.1f} MB", end="", file=sys.stderr)
+        if total is not None and done >= total:
+            print(file=sys.stderr)
+
+
+def run_download(args: argparse.Namespace) -> int:
+    store = _store(args)
+    specs = [get_spec(n) for n in args.names] if args.names else list(all_specs())
+    print("Licences of the models to download:", file=sys.stderr)
+    for spec in specs:
+        print(f"  {spec.name}: {spec.licence} ({spec.licence_url})", file=sys.stderr)
+    if not args.accept_licences:
+        if not sys.stdin.isatty():
+            raise InputError("pass --accept-licences to accept the licences above (not on a terminal)")
+        answer = input("Accept these licences and download? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            print("nothing downloaded", file=sys.stderr)
+            return 1
+    failed = 0
+    for spec in specs:
+        try:
+            located = store.download(spec.name, progress=_Progress(spec.name), force=args.force)
+            print(f"{spec.name}: {located.status} at {located.path}")
+        except FusionRayError as exc:
+            failed += 1
+            print(f"{spec.name}: FAILED: {exc}", file=sys.stderr)
+    return 0 if failed == 0 else ModelError.exit_code
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    store = _store(args)
+    names = args.names or [r["name"] for r in store.status_rows() if r["present"]]
+    if not names:
+        print(f"no model files in {store.root}", file=sys.stderr)
+        return ModelError.exit_code
+    failed = 0
+    for name in names:
+        try:
+            located = store.verify(name)
+            print(f"{name}: {located.status} ({located.path})")
+        except FusionRayError as exc:
+            failed += 1
+            print(f"{name}: FAILED: {exc}", file=sys.stderr)
+    return 0 if failed == 0 else ModelError.exit_code
+
+
+def run_make_dynamic(args: argparse.Namespace) -> int:
+    from fusion_ray.models.dynamic import make_batch_dynamic
+
+    report = make_batch_dynamic(args.src, args.dst, check_batch=args.check_batch)
+    if report.already_dynamic:
+        print(f"{args.src} already has a dynamic batch dimension; nothing written")
+        return 0
+    print(f"wrote {report.dst}: batch {report.check_batch} output equals {report.check_batch} batch-1 runs "
+          f"(max abs diff {report.max_abs_diff:.2e})")
+    return 0
+
+
+def run_make_standins(args: argparse.Namespace) -> int:
+    from fusion_ray.models.standins import build_all_standins
+
+    args.directory.mkdir(parents=True, exist_ok=True)
+    paths = build_all_standins(args.directory, variant=args.variant)
+    for name, path in paths.items():
+        write_hash_record(path, "generated")
+        print(f"{name}: STAND-IN ({args.variant}) written to {path}: not the real model")
+    return 0

@@ -1,0 +1,133 @@
+"""Typed configuration. Loaded once at the edge (CLI, job, service) and passed down explicitly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from fusion_ray.errors import ConfigError
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RuntimeConfig(_Config):
+    """How ONNX Runtime sessions are created."""
+
+    providers: list[Literal["tensorrt", "cuda", "cpu"]] | None = Field(
+        default=None,
+        description="Execution providers in order of preference; None chooses by availability "
+        "(TensorRT, then CUDA, then CPU).")
+    intra_op_threads: int | None = Field(
+        default=None, ge=1, description="Threads per session; None derives it from the caller's CPU budget.")
+    tensorrt_fp16: bool = Field(default=True, description="Let TensorRT build fp16 engines.")
+    tensorrt_cache_dir: Path | None = Field(
+        default=None, description="TensorRT engine cache; None puts it beside the models.")
+    device_id: int = Field(default=0, ge=0, description="GPU index for CUDA / TensorRT.")
+
+
+class ModelsConfig(_Config):
+    """Where the model files are and which ones to use."""
+
+    models_dir: Path | None = Field(
+        default=None, description="Model directory; None uses FUSION_RAY_MODELS, then the per-user cache.")
+    paths: dict[str, Path] = Field(
+        default_factory=dict, description="Explicit file per model name, e.g. {'scrfd_2.5g': '/x/scrfd.onnx'}.")
+    detector: str = "scrfd_2.5g"
+    embedder: str = "arcface_w600k_r50"
+    swapper: str = "inswapper_128"
+    enhancer: str = "gfpgan_1.4"
+
+
+class DetectorConfig(_Config):
+    """SCRFD detection settings."""
+
+    size: int = Field(default=640, ge=64, description="Longest side of the detector input, a multiple of 32.")
+    canvas: Literal["fit", "square"] = Field(
+        default="fit", description="'fit' pads the frame only to the next multiple of 32 keeping its aspect "
+        "(dynamic-size exports); 'square' uses a size x size canvas. Fixed-size exports always use their size.")
+    score_threshold: float = Field(default=0.5, gt=0.0, lt=1.0)
+    nms_iou: float = Field(default=0.4, gt=0.0, lt=1.0)
+    max_faces: int = Field(default=32, ge=1, description="Keep at most this many faces per frame (highest scores).")
+
+    @model_validator(mode="after")
+    def _size_multiple_of_32(self) -> DetectorConfig:
+        if self.size % 32:
+            raise ValueError(f"detector size must be a multiple of 32, got {self.size}")
+        return self
+
+
+class SelectionConfig(_Config):
+    """Which target faces are swapped."""
+
+    mode: Literal["all", "largest", "index", "reference"] = "all"
+    index: int = Field(default=0, ge=0, description="Face index in reading order for mode 'index'.")
+    reference_path: Path | None = Field(default=None, description="Image of the face to swap, for mode 'reference'.")
+    max_distance: float = Field(default=0.6, gt=0.0, le=2.0, description="Cosine distance limit for 'reference'.")
+
+    @model_validator(mode="after")
+    def _reference_needs_path(self) -> SelectionConfig:
+        if self.mode == "reference" and self.reference_path is None:
+            raise ValueError("selection mode 'reference' needs reference_path")
+        return self
+
+
+class SwapConfig(_Config):
+    """The swapper and how its output is blended back."""
+
+    swapper: Literal["inswapper", "classic"] = "inswapper"
+    mask_padding: tuple[float, float, float, float] = Field(
+        default=(0.0, 0.0, 0.0, 0.0), description="Box mask padding (top, right, bottom, left), fractions.")
+    mask_blur: float = Field(default=0.3, ge=0.0, le=1.0, description="Box mask feather, fraction of half the crop.")
+    classic_crop_size: int = Field(default=256, ge=64, description="Crop size the classic swapper works at.")
+    poisson: bool = Field(default=False, description="Classic swapper: Poisson-blend instead of a feathered paste.")
+
+
+class EnhanceConfig(_Config):
+    """Optional face enhancement after the swap."""
+
+    enabled: bool = False
+    blend: float = Field(default=0.8, ge=0.0, le=1.0, description="Share of the enhanced face in the result.")
+
+
+class EngineConfig(_Config):
+    """Everything the frame-level engine needs."""
+
+    models: ModelsConfig = ModelsConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
+    detector: DetectorConfig = DetectorConfig()
+    selection: SelectionConfig = SelectionConfig()
+    swap: SwapConfig = SwapConfig()
+    enhance: EnhanceConfig = EnhanceConfig()
+
+
+ConfigT = TypeVar("ConfigT", bound=BaseModel)
+
+
+def load_yaml_config(path: Path, model: type[ConfigT], section: str | None = None) -> ConfigT:
+    """Read a YAML file (optionally one top-level section of it) into a config model."""
+    try:
+        data: Any = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config {path} is not valid YAML: {exc}") from exc
+    if section is not None:
+        data = data.get(section, {}) if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {path}: expected a mapping{f' under {section!r}' if section else ''}")
+    return parse_config(data, model, source=str(path))
+
+
+def parse_config(data: dict[str, Any], model: type[ConfigT], source: str = "config") -> ConfigT:
+    """Validate a mapping into a config model; errors become ConfigError with field paths."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors())
+        raise ConfigError(f"{source}: {problems}") from exc

@@ -1,0 +1,95 @@
+"""Swapping faces in still images, in-process (no Ray start-up for a single image)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fusion_ray import __version__
+from fusion_ray.engine import Engine
+from fusion_ray.imageio import (
+    LoadedImage,
+    check_writable_image_path,
+    encode_image,
+    read_image,
+    write_bytes_atomic,
+)
+from fusion_ray.types import Embedding, SourceIdentity
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ImageSwapResult:
+    """What the image swap did: faces found and swapped, per-stage timings, stand-in models used."""
+
+    output: Path
+    faces_detected: int
+    faces_swapped: int
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    stand_in_models: list[str] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+def output_metadata(engine: Engine) -> dict[str, str]:
+    """Metadata written into every output: the maker, and stand-in models when any were used."""
+    meta = {"Software": f"fusion_ray {__version__}"}
+    if engine.stand_in_models:
+        meta["fusion_ray.stand_in_models"] = ",".join(engine.stand_in_models)
+        meta["Comment"] = ("made with fusion_ray STAND-IN models (" + ", ".join(engine.stand_in_models)
+                           + "): not a real face swap")
+    return meta
+
+
+def load_sources(engine: Engine, paths: Sequence[Path]) -> SourceIdentity:
+    """Read the source images and compute the identity once (NoFaceError when a source has no face)."""
+    images = [read_image(p) for p in paths]
+    return engine.prepare_source([img.frame for img in images], [str(p) for p in paths])
+
+
+def load_reference(engine: Engine) -> Embedding | None:
+    """The reference face's embedding when the selection mode asks for one."""
+    selection = engine.cfg.selection
+    if selection.mode != "reference" or selection.reference_path is None:
+        return None
+    image = read_image(selection.reference_path)
+    return engine.prepare_reference(image.frame, str(selection.reference_path))
+
+
+def swap_image(engine: Engine, identity: SourceIdentity, target: LoadedImage, output: Path, *,
+               reference: Embedding | None = None, force: bool = False,
+               target_path: Path | None = None) -> ImageSwapResult:
+    """Swap faces in one decoded image and write ``output`` atomically.
+
+    No face in the target: the unchanged image is written (a byte copy when the formats
+    match) and a warning logged.
+    """
+    result = engine.process_frame(target.frame, identity, reference)
+    metadata = output_metadata(engine)
+    if result.faces_swapped == 0:
+        if result.faces_detected == 0:
+            log.warning("no face found in the target %s: writing it unchanged", target_path or "image")
+        else:
+            log.warning("%d face(s) in the target, none selected: writing it unchanged", result.faces_detected)
+        if target_path is not None and target_path.suffix.lower() == output.suffix.lower():
+            write_bytes_atomic(output, target_path.read_bytes(), force=force)
+            return ImageSwapResult(output, result.faces_detected, 0, result.timings_ms, engine.stand_in_models, {})
+    data = encode_image(result.frame, output.suffix, alpha=target.alpha, metadata=metadata)
+    write_bytes_atomic(output, data, force=force)
+    if engine.stand_in_models:
+        log.warning("%s was made with stand-in models (%s): it is NOT a real face swap",
+                    output, ", ".join(engine.stand_in_models))
+    return ImageSwapResult(output, result.faces_detected, result.faces_swapped, result.timings_ms,
+                           engine.stand_in_models, metadata)
+
+
+def swap_image_files(engine: Engine, sources: Sequence[Path], target: Path, output: Path, *,
+                     force: bool = False) -> ImageSwapResult:
+    """The whole image command: validate paths, read, prepare the source once, swap, write."""
+    check_writable_image_path(output, force)
+    identity = load_sources(engine, sources)
+    reference = load_reference(engine)
+    loaded = read_image(target)
+    return swap_image(engine, identity, loaded, output, reference=reference, force=force, target_path=target)

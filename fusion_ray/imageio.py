@@ -1,0 +1,198 @@
+"""Reading and writing still images: alpha, greyscale and 16-bit inputs, atomic writes, metadata.
+
+Frames come out as BGR uint8 (the engine's format); alpha is kept aside and re-attached on
+write when the output format supports it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from fusion_ray.errors import InputError, OutputExistsError
+from fusion_ray.types import Frame
+
+DEFAULT_MAX_PIXELS = 100_000_000
+"""Largest image accepted (100 MP): a guard against decompression bombs."""
+ALPHA_FORMATS = {".png", ".webp", ".tif", ".tiff"}
+
+
+@dataclass(frozen=True)
+class LoadedImage:
+    """A decoded image: the BGR uint8 frame, its alpha channel if any, and what it was."""
+
+    frame: Frame
+    alpha: np.ndarray | None
+    source_dtype: str
+    source_channels: int
+
+
+def to_bgr_uint8(image: np.ndarray) -> tuple[Frame, np.ndarray | None]:
+    """Convert any decoded image (grey, BGR, BGRA; uint8, uint16, float) to BGR uint8 plus alpha."""
+    if image.dtype == np.uint16:
+        image = np.rint(image.astype(np.float32) / 257.0).astype(np.uint8)
+    elif image.dtype in (np.float32, np.float64):
+        image = np.clip(np.rint(image * 255.0), 0, 255).astype(np.uint8)
+    elif image.dtype != np.uint8:
+        raise InputError(f"unsupported pixel type {image.dtype}")
+    if image.ndim == 3 and image.shape[2] == 1:
+        image = image[..., 0]
+    alpha = None
+    if image.ndim == 2:
+        frame = cv2.cvtColor(image, cv2.COLOR_GRAY2BGR)
+    elif image.ndim == 3 and image.shape[2] == 3:
+        frame = image
+    elif image.ndim == 3 and image.shape[2] == 4:
+        frame, alpha = np.ascontiguousarray(image[..., :3]), np.ascontiguousarray(image[..., 3])
+    elif image.ndim == 3 and image.shape[2] == 2:  # grey + alpha
+        frame, alpha = cv2.cvtColor(image[..., 0], cv2.COLOR_GRAY2BGR), np.ascontiguousarray(image[..., 1])
+    else:
+        raise InputError(f"unsupported image layout {image.shape}")
+    return np.ascontiguousarray(frame), alpha
+
+
+def decode_image(data: bytes, name: str = "image", max_pixels: int = DEFAULT_MAX_PIXELS) -> LoadedImage:
+    """Decode image bytes; InputError when they are not a supported image or too large."""
+    if not data:
+        raise InputError(f"{name} is empty")
+    buffer = np.frombuffer(data, np.uint8)
+    try:
+        image = cv2.imdecode(buffer, cv2.IMREAD_UNCHANGED)
+    except cv2.error as exc:
+        raise InputError(f"{name} is not a readable image: {exc.msg if hasattr(exc, 'msg') else exc}") from exc
+    if image is None:
+        raise InputError(f"{name} is not an image (or not a format this build can read)")
+    if image.shape[0] * image.shape[1] > max_pixels:
+        raise InputError(f"{name} has {image.shape[1]}x{image.shape[0]} pixels, over the limit of {max_pixels}")
+    frame, alpha = to_bgr_uint8(image)
+    channels = 1 if image.ndim == 2 else int(image.shape[2])
+    return LoadedImage(frame, alpha, str(image.dtype), channels)
+
+
+def read_image(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> LoadedImage:
+    """Read an image file; InputError naming the file when it is missing or not an image."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"file not found: {path}")
+    if not path.is_file():
+        raise InputError(f"not a file: {path}")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    return decode_image(data, str(path), max_pixels)
+
+
+def check_writable_image_path(path: Path, force: bool) -> None:
+    """Fail early (before any work) when the output exists or its format cannot be written."""
+    path = Path(path)
+    if path.exists() and not force:
+        raise OutputExistsError(f"output exists: {path} (use --force to overwrite)")
+    if not path.parent.exists():
+        raise InputError(f"output directory does not exist: {path.parent}")
+    if not path.suffix or not cv2.haveImageWriter(str(path)):
+        raise InputError(f"cannot write images with extension {path.suffix!r}: use .png, .jpg or .webp")
+
+
+def encode_image(frame: Frame, suffix: str, *, alpha: np.ndarray | None = None,
+                 metadata: Mapping[str, str] | None = None, jpeg_quality: int = 95) -> bytes:
+    """Encode a frame to ``suffix``'s format, re-attaching alpha where the format keeps it.
+
+    PNG outputs get ``tEXt`` chunks and JPEG outputs a ``COM`` segment with ``metadata``.
+    """
+    suffix = suffix.lower()
+    image = frame
+    if alpha is not None and suffix in ALPHA_FORMATS:
+        image = np.dstack([frame, alpha])
+    params: list[int] = []
+    if suffix in (".jpg", ".jpeg"):
+        params = [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality]
+    ok, encoded = cv2.imencode(suffix, image, params)
+    if not ok:
+        raise InputError(f"cannot encode an image as {suffix}")
+    data = encoded.tobytes()
+    if metadata:
+        if suffix == ".png":
+            data = add_png_text(data, metadata)
+        elif suffix in (".jpg", ".jpeg"):
+            data = add_jpeg_comment(data, "; ".join(f"{k}={v}" for k, v in metadata.items()))
+    return data
+
+
+def add_png_text(png: bytes, metadata: Mapping[str, str]) -> bytes:
+    """Insert ``tEXt`` chunks (Latin-1 keys and values) right after the IHDR chunk."""
+    if png[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not a PNG stream")
+    ihdr_end = 8 + 8 + struct.unpack(">I", png[8:12])[0] + 4
+    chunks = b""
+    for key, value in metadata.items():
+        body = key.encode("latin-1")[:79] + b"\x00" + value.encode("latin-1", "replace")
+        chunks += struct.pack(">I", len(body)) + b"tEXt" + body + struct.pack(">I", zlib.crc32(b"tEXt" + body))
+    return png[:ihdr_end] + chunks + png[ihdr_end:]
+
+
+def read_png_text(png: bytes) -> dict[str, str]:
+    """The ``tEXt`` chunks of a PNG stream."""
+    out: dict[str, str] = {}
+    pos = 8
+    while pos + 8 <= len(png):
+        length = struct.unpack(">I", png[pos:pos + 4])[0]
+        kind = png[pos + 4:pos + 8]
+        body = png[pos + 8:pos + 8 + length]
+        if kind == b"tEXt" and b"\x00" in body:
+            key, value = body.split(b"\x00", 1)
+            out[key.decode("latin-1")] = value.decode("latin-1")
+        if kind == b"IEND":
+            break
+        pos += 12 + length
+    return out
+
+
+def add_jpeg_comment(jpeg: bytes, comment: str) -> bytes:
+    """Insert a ``COM`` segment after SOI (and after a JFIF APP0 segment when present)."""
+    if jpeg[:2] != b"\xff\xd8":
+        raise ValueError("not a JPEG stream")
+    pos = 2
+    if jpeg[2:4] == b"\xff\xe0":
+        pos = 4 + struct.unpack(">H", jpeg[4:6])[0]
+    body = comment.encode("utf-8")[:65000]
+    segment = b"\xff\xfe" + struct.pack(">H", len(body) + 2) + body
+    return jpeg[:pos] + segment + jpeg[pos:]
+
+
+def read_jpeg_comments(jpeg: bytes) -> list[str]:
+    """The ``COM`` segments of a JPEG stream (up to the start of scan)."""
+    comments = []
+    pos = 2
+    while pos + 4 <= len(jpeg) and jpeg[pos] == 0xFF:
+        marker = jpeg[pos + 1]
+        if marker == 0xDA:  # start of scan
+            break
+        length = struct.unpack(">H", jpeg[pos + 2:pos + 4])[0]
+        if marker == 0xFE:
+            comments.append(jpeg[pos + 4:pos + 2 + length].decode("utf-8", "replace"))
+        pos += 2 + length
+    return comments
+
+
+def write_bytes_atomic(path: Path, data: bytes, *, force: bool = False) -> None:
+    """Write to a temporary file beside ``path`` and rename it into place (no partial outputs)."""
+    path = Path(path)
+    if path.exists() and not force:
+        raise OutputExistsError(f"output exists: {path} (use --force to overwrite)")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

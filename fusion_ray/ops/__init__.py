@@ -1,0 +1,1 @@
+"""Pure geometry and image operations: numpy and OpenCV only, no onnxruntime, no Ray."""

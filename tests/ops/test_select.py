@@ -1,0 +1,50 @@
+import numpy as np
+import pytest
+
+from fusion_ray.ops.select import cosine_distance, order_faces, select_faces
+from fusion_ray.types import Face
+
+
+def face(x, size, embedding=None):
+    landmarks = np.array([[x + 3, 3], [x + 7, 3], [x + 5, 5], [x + 3, 7], [x + 7, 7]], np.float32)
+    return Face(np.array([x, 0, x + size, size], np.float32), landmarks, 0.9, embedding)
+
+
+A = face(300, 10, np.array([1, 0, 0], np.float32))
+B = face(100, 50, np.array([0, 1, 0], np.float32))
+C = face(200, 20, np.array([0.9, 0.1, 0], np.float32))
+
+
+@pytest.mark.parametrize("mode,kwargs,expected", [
+    ("all", {}, [B, C, A]),
+    ("largest", {}, [B]),
+    ("index", {"index": 0}, [B]),
+    ("index", {"index": 2}, [A]),
+    ("index", {"index": 3}, []),
+    ("reference", {"reference": np.array([1, 0, 0], np.float32), "max_distance": 0.1}, [C, A]),
+    ("reference", {"reference": np.array([0, 0, 1], np.float32), "max_distance": 0.5}, []),
+])
+def test_select_faces(mode, kwargs, expected):
+    assert select_faces([A, B, C], mode, **kwargs) == expected
+
+
+@pytest.mark.parametrize("mode", ["all", "largest", "index", "reference"])
+def test_no_face_is_an_empty_selection(mode):
+    assert select_faces([], mode, reference=np.ones(3, np.float32)) == []
+
+
+def test_bad_selection_arguments():
+    with pytest.raises(ValueError, match="unknown selection"):
+        select_faces([A], "random")
+    with pytest.raises(ValueError, match="reference embedding"):
+        select_faces([A], "reference")
+    with pytest.raises(ValueError, match="non-negative"):
+        select_faces([A], "index", index=-1)
+    with pytest.raises(ValueError, match="embedding of every"):
+        select_faces([face(0, 5)], "reference", reference=np.ones(3, np.float32))
+
+
+def test_order_and_distance():
+    assert order_faces([A, B, C]) == [B, C, A]
+    assert cosine_distance(np.array([1.0, 0.0]), np.array([2.0, 0.0])) == pytest.approx(0.0)
+    assert cosine_distance(np.array([1.0, 0.0]), np.array([-1.0, 0.0])) == pytest.approx(2.0)
