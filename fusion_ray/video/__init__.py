@@ -1,0 +1,26 @@
+"""PyAV video layer under the Ray Data pipeline: probe, plan, decode, encode, join.
+
+DESIGN.md section 5: a video is split at keyframes into segments of a few seconds
+(plan_segments, from packet timestamps only); each segment is decoded on its own
+(decode_segment, a generator), processed, and encoded to a small standalone MP4
+(encode_segment); the segments are joined by stream copy with the source's audio copied in
+(join_segments), and the result is renamed into place. Frames are BGR uint8 HxWx3 arrays;
+frame indices are global and in presentation order; frame rates are exact Fractions.
+
+No Ray here; library code logs and raises fusion_ray.errors.VideoError naming the file.
+"""
+
+from fusion_ray.video.probe import VideoInfo, choose_fps, is_video_file, probe
+from fusion_ray.video.segments import Segment, plan_segments
+from fusion_ray.video.synthetic import make_corrupt_video, make_test_video
+
+__all__ = [
+    "Segment",
+    "VideoInfo",
+    "choose_fps",
+    "is_video_file",
+    "make_corrupt_video",
+    "make_test_video",
+    "plan_segments",
+    "probe",
+]
