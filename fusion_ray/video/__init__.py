@@ -10,14 +10,18 @@ frame indices are global and in presentation order; frame rates are exact Fracti
 No Ray here; library code logs and raises fusion_ray.errors.VideoError naming the file.
 """
 
+from fusion_ray.video.decode import DecodedFrame, decode_all, decode_segment
 from fusion_ray.video.probe import VideoInfo, choose_fps, is_video_file, probe
 from fusion_ray.video.segments import Segment, plan_segments
 from fusion_ray.video.synthetic import make_corrupt_video, make_test_video
 
 __all__ = [
+    "DecodedFrame",
     "Segment",
     "VideoInfo",
     "choose_fps",
+    "decode_all",
+    "decode_segment",
     "is_video_file",
     "make_corrupt_video",
     "make_test_video",
