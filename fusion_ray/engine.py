@@ -190,9 +190,9 @@ class Engine:
         sel = self.cfg.selection
         return select_faces(faces, sel.mode, index=sel.index, reference=reference, max_distance=sel.max_distance)
 
-    def align_for_swap(self, frame: Frame, faces: Sequence[Face]) -> tuple[np.ndarray, np.ndarray]:
-        """Swap crops (N, S, S, 3) and their affine matrices (N, 2, 3)."""
-        return _align_many(frame, faces, self.swap_template, self.swap_crop_size)
+    def align_for_swap(self, frame: Frame, landmarks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Swap crops (N, S, S, 3) and their affine matrices (N, 2, 3) for (N, 5, 2) landmarks."""
+        return _align_many(frame, landmarks, self.swap_template, self.swap_crop_size)
 
     def swap_crops(self, crops: np.ndarray, identities: SourceIdentity | Sequence[SourceIdentity]) -> np.ndarray:
         """Swap a batch of target crops; one identity for all or one per crop."""
@@ -223,9 +223,9 @@ class Engine:
             out = paste(out, crop, affine, self.swap_mask)
         return out if len(crops) else frame.copy()
 
-    def align_for_enhance(self, frame: Frame, faces: Sequence[Face]) -> tuple[np.ndarray, np.ndarray]:
-        """Enhancer crops (N, 512, 512, 3) and their affine matrices."""
-        return _align_many(frame, faces, self.enhance_template, self.enhance_crop_size)
+    def align_for_enhance(self, frame: Frame, landmarks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Enhancer crops (N, 512, 512, 3) and their affine matrices for (N, 5, 2) landmarks."""
+        return _align_many(frame, landmarks, self.enhance_template, self.enhance_crop_size)
 
     def enhance_crops(self, crops: np.ndarray) -> np.ndarray:
         enhancer: GfpganEnhancer = self._need("enhancer")
@@ -288,15 +288,16 @@ class Engine:
         chosen = self.select(faces, reference)
         if not chosen:
             return FrameResult(frame.copy(), len(faces), 0, timings)
+        landmarks = landmarks_of(chosen)
         with _timed(timings, "align"):
-            crops, affines = self.align_for_swap(frame, chosen)
+            crops, affines = self.align_for_swap(frame, landmarks)
         with _timed(timings, "swap"):
             swapped = self.swap_crops(crops, identity)
         with _timed(timings, "paste"):
             out = self.paste_swapped(frame, swapped, affines)
         if self.cfg.enhance.enabled:
             with _timed(timings, "enhance_align"):
-                e_crops, e_affines = self.align_for_enhance(out, chosen)
+                e_crops, e_affines = self.align_for_enhance(out, landmarks)
             with _timed(timings, "enhance"):
                 enhanced = self.enhance_crops(e_crops)
             with _timed(timings, "enhance_paste"):
@@ -304,12 +305,19 @@ class Engine:
         return FrameResult(out, len(faces), len(chosen), timings)
 
 
-def _align_many(frame: Frame, faces: Sequence[Face], template: str,
+def landmarks_of(faces: Sequence[Face]) -> np.ndarray:
+    """(N, 5, 2) float32 landmarks of the faces."""
+    if not faces:
+        return np.zeros((0, 5, 2), np.float32)
+    return np.stack([face.landmarks_5 for face in faces]).astype(np.float32)
+
+
+def _align_many(frame: Frame, landmarks: np.ndarray, template: str,
                 crop_size: int) -> tuple[np.ndarray, np.ndarray]:
     crops: list[Crop] = []
     affines: list[AffineMatrix] = []
-    for face in faces:
-        crop, matrix = align_face(frame, face.landmarks_5, template, crop_size)
+    for points in np.asarray(landmarks, np.float32).reshape(-1, 5, 2):
+        crop, matrix = align_face(frame, points, template, crop_size)
         crops.append(crop)
         affines.append(matrix)
     if not crops:

@@ -53,3 +53,23 @@ def ray_cluster() -> Iterator[None]:
     yield
     # Shut down at the end of the session only.
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def standin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Light STAND-IN models (generated, labelled, not real weights) for the whole session."""
+    from fusion_ray.models.standins import build_all_standins
+    from fusion_ray.models.store import write_hash_record
+
+    directory = tmp_path_factory.mktemp("standin_models")
+    for path in build_all_standins(directory, variant="light").values():
+        write_hash_record(path, "generated")
+    return directory
+
+
+@pytest.fixture(scope="session")
+def models_config(standin_dir: Path, scrfd_path: Path):  # type: ignore[no-untyped-def]
+    """ModelsConfig: the real SCRFD detector plus stand-ins for the other models."""
+    from fusion_ray.config import ModelsConfig
+
+    return ModelsConfig(models_dir=standin_dir, paths={"scrfd_2.5g": scrfd_path})

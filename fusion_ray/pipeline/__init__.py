@@ -1,0 +1,1 @@
+"""Ray Data pipeline: stage classes over numpy batches, datasource, ordered sink, jobs."""

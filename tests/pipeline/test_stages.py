@@ -1,0 +1,82 @@
+"""Stage classes called directly on dict batches, without Ray."""
+
+import numpy as np
+import pytest
+
+from fusion_ray.config import EngineConfig, EnhanceConfig, RuntimeConfig, SwapConfig
+from fusion_ray.engine import Engine
+from fusion_ray.imageio import read_image
+from fusion_ray.pipeline.stages import (
+    DetectStage,
+    EnhanceStage,
+    PasteEnhancedStage,
+    PasteStage,
+    StageInputError,
+    SwapStage,
+    stage_names,
+)
+
+CPU = RuntimeConfig(providers=["cpu"])
+
+
+@pytest.fixture(scope="module")
+def frames(images_dir):
+    obama = read_image(images_dir / "obama.jpg").frame
+    blank = np.full_like(obama, 40)
+    return np.stack([obama, blank, obama])
+
+
+def run_chain(cfg, frames, identity, extra=None):
+    batch = {"frame": frames, "index": np.arange(len(frames))}
+    batch.update(extra or {})
+    for stage in [DetectStage(cfg, cpu_budget=1), SwapStage(cfg, {"default": identity}, cpu_budget=1), PasteStage(cfg)]:
+        batch = stage(batch)
+    if cfg.enhance.enabled:
+        batch = PasteEnhancedStage(cfg)(EnhanceStage(cfg, cpu_budget=1)(batch))
+    return batch
+
+
+@pytest.mark.parametrize("swapper,enhance", [("inswapper", False), ("classic", False), ("inswapper", True)])
+def test_chain_matches_the_engine(models_config, images_dir, frames, swapper, enhance):
+    cfg = EngineConfig(models=models_config, runtime=CPU, swap=SwapConfig(swapper=swapper),
+                       enhance=EnhanceConfig(enabled=enhance))
+    engine = Engine.load(cfg, cpu_budget=1)
+    identity = engine.prepare_source([read_image(images_dir / "biden.jpg").frame])
+    out = run_chain(cfg, frames, identity)
+    assert out["faces_detected"].tolist() == [1, 0, 1]
+    assert list(out["error"]) == ["", "", ""]
+    for i, frame in enumerate(frames):
+        expected = engine.process_frame(frame, identity).frame
+        assert np.array_equal(out["frame"][i], expected), f"row {i}"
+    assert np.array_equal(out["frame"][1], frames[1])  # no face: unchanged
+    for name in stage_names(cfg):
+        assert f"busy_ms_{name}" in out and f"idle_ms_{name}" in out
+    assert "crops" not in out and "enhance_crops" not in out  # intermediates are dropped
+
+
+def test_bad_frame_is_passed_through_and_marked(models_config, images_dir, frames):
+    cfg = EngineConfig(models=models_config, runtime=CPU)
+    engine = Engine.load(cfg, cpu_budget=1)
+    identity = engine.prepare_source([read_image(images_dir / "biden.jpg").frame])
+    bad = np.empty(3, dtype=object)
+    bad[0], bad[1], bad[2] = frames[0], np.zeros((10, 10), np.uint8), frames[2]
+    out = run_chain(cfg, bad, identity)
+    assert out["error"][0] == "" and out["error"][2] == ""
+    assert "detect" in out["error"][1]
+    assert np.array_equal(out["frame"][1], bad[1])
+    assert len(out["frame"]) == 3
+
+
+def test_unknown_source_id_marks_only_its_rows(models_config, images_dir, frames):
+    cfg = EngineConfig(models=models_config, runtime=CPU)
+    engine = Engine.load(cfg, cpu_budget=1)
+    identity = engine.prepare_source([read_image(images_dir / "biden.jpg").frame])
+    out = run_chain(cfg, frames, identity, {"source_id": np.array(["default", "default", "nope"], dtype=object)})
+    assert out["error"][0] == "" and "unknown source_id" in out["error"][2]
+    assert np.array_equal(out["frame"][2], frames[2])
+
+
+def test_missing_column_is_a_wiring_error(models_config):
+    stage = PasteStage(EngineConfig(models=models_config, runtime=CPU))
+    with pytest.raises(StageInputError, match="lacks column"):
+        stage({"frame": np.zeros((1, 8, 8, 3), np.uint8)})
