@@ -59,14 +59,15 @@ def resolve_providers(runtime: RuntimeConfig) -> list[str]:
     """Provider short names ("tensorrt", "cuda", "cpu") to use, most preferred first."""
     built = set(ort.get_available_providers())
     if runtime.providers is not None:
-        wanted = list(runtime.providers)
+        wanted: list[str] = list(runtime.providers)
         missing = [p for p in wanted if _ORT_NAMES[p] not in built]
         if missing:
             raise ModelError(f"execution providers {missing} are not in this onnxruntime build "
                              f"(available: {sorted(built)})")
         if any(p in ("cuda", "tensorrt") for p in wanted) and cuda_device_count() == 0:
             raise ModelError(f"providers {wanted} were asked for, but no CUDA device is visible")
-        return wanted if "cpu" in wanted else [*wanted, "cpu"]
+        forced: list[str] = list(wanted)
+        return forced if "cpu" in forced else [*forced, "cpu"]
     chosen: list[str] = []
     if cuda_device_count() > 0:
         if _ORT_NAMES["tensorrt"] in built and tensorrt_available():

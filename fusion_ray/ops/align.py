@@ -73,13 +73,14 @@ def transform_points(points: npt.ArrayLike, affine_matrix: AffineMatrix) -> npt.
 
 def invert_affine(affine_matrix: AffineMatrix) -> AffineMatrix:
     """Inverse of a 2x3 affine matrix."""
-    return cv2.invertAffineTransform(np.asarray(affine_matrix, dtype=np.float64))
+    return np.asarray(cv2.invertAffineTransform(np.asarray(affine_matrix, dtype=np.float64)), np.float64)
 
 
 def warp_face(frame: Frame, affine_matrix: AffineMatrix, crop_size: int) -> Crop:
     """Cut the aligned ``crop_size`` x ``crop_size`` crop out of ``frame``."""
-    return cv2.warpAffine(frame, np.asarray(affine_matrix, dtype=np.float64), (crop_size, crop_size),
+    crop = cv2.warpAffine(frame, np.asarray(affine_matrix, dtype=np.float64), (crop_size, crop_size),
                           flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    return np.asarray(crop, np.uint8)
 
 
 def align_face(frame: Frame, landmarks_5: Landmarks5, template: str,

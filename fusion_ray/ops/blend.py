@@ -24,7 +24,7 @@ def poisson_paste(frame: Frame, crop: Crop, affine_matrix: AffineMatrix, mask: M
     warped = warp_to_roi(crop, affine_matrix, roi)
     weight = warp_to_roi(mask.astype(np.float32), affine_matrix, roi)
     hard = (weight > 0.5).astype(np.uint8) * 255
-    hard = cv2.erode(hard, np.ones((3, 3), np.uint8))
+    hard = np.asarray(cv2.erode(hard, np.ones((3, 3), np.uint8)), np.uint8)
     if cv2.countNonZero(hard) < 16:
         return paste_back(frame, crop, affine_matrix, mask)
     region = frame[roi.y0:roi.y1, roi.x0:roi.x1]
@@ -32,7 +32,7 @@ def poisson_paste(frame: Frame, crop: Crop, affine_matrix: AffineMatrix, mask: M
     pad = cv2.BORDER_REFLECT
     dst = cv2.copyMakeBorder(region, _BORDER, _BORDER, _BORDER, _BORDER, pad)
     src = cv2.copyMakeBorder(warped, _BORDER, _BORDER, _BORDER, _BORDER, pad)
-    hard = cv2.copyMakeBorder(hard, _BORDER, _BORDER, _BORDER, _BORDER, cv2.BORDER_CONSTANT, value=0)
+    hard = np.asarray(cv2.copyMakeBorder(hard, _BORDER, _BORDER, _BORDER, _BORDER, cv2.BORDER_CONSTANT, value=0), np.uint8)
     x, y, w, h = cv2.boundingRect(hard)
     center = (x + w // 2, y + h // 2)
     cloned = cv2.seamlessClone(src, dst, hard, center, cv2.NORMAL_CLONE)

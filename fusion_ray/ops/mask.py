@@ -30,7 +30,7 @@ def box_mask(crop_size: int, *, padding: tuple[float, float, float, float] = (0.
     mask[:, : max(edge, left)] = 0.0
     mask[:, crop_size - max(edge, right):] = 0.0
     if blur_px > 0:
-        mask = cv2.GaussianBlur(mask, (0, 0), blur_px * 0.25)
+        mask = np.asarray(cv2.GaussianBlur(mask, (0, 0), blur_px * 0.25), np.float32)
     return np.clip(mask, 0.0, 1.0).astype(np.float32)
 
 
@@ -45,5 +45,5 @@ def ellipse_mask(crop_size: int, *, scale_wh: tuple[float, float] = (0.42, 0.5),
     cv2.ellipse(mask, center, axes, 0.0, 0.0, 360.0, 1.0, thickness=-1)
     blur_px = crop_size * 0.5 * blur
     if blur_px > 0:
-        mask = cv2.GaussianBlur(mask, (0, 0), blur_px * 0.5)
+        mask = np.asarray(cv2.GaussianBlur(mask, (0, 0), blur_px * 0.5), np.float32)
     return np.clip(mask, 0.0, 1.0).astype(np.float32)
