@@ -1,0 +1,121 @@
+"""The image command: exit codes, one-line errors, no partial outputs, odd input formats."""
+
+import subprocess
+import sys
+
+import cv2
+import numpy as np
+import pytest
+
+from fusion_ray.cli import main
+from fusion_ray.imageio import read_image, read_png_text
+
+
+@pytest.fixture
+def model_args(standin_dir, scrfd_path):
+    return ["--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu"]
+
+
+def swap(args, capsys):
+    code = main(["swap", *args])
+    err = capsys.readouterr().err
+    return code, err
+
+
+def test_classic_swap_with_the_real_detector(tmp_path, images_dir, scrfd_path, capsys):
+    out = tmp_path / "out.png"
+    code, err = swap(["--source", str(images_dir / "obama.jpg"), "--target", str(images_dir / "biden.jpg"),
+                      "-o", str(out), "--swapper", "classic", "--model", f"scrfd_2.5g={scrfd_path}"], capsys)
+    assert code == 0, err
+    assert "1 of 1 face(s) swapped" in err and "detect" in err
+    result = read_image(out).frame
+    assert not np.array_equal(result, read_image(images_dir / "biden.jpg").frame)
+    meta = read_png_text(out.read_bytes())
+    assert meta["Software"].startswith("fusion_ray") and "fusion_ray.stand_in_models" not in meta
+
+
+def test_stand_in_outputs_say_so(tmp_path, images_dir, model_args, capsys):
+    out = tmp_path / "out.png"
+    code, err = swap(["-s", str(images_dir / "obama.jpg"), "-t", str(images_dir / "biden.jpg"), "-o", str(out),
+                      *model_args], capsys)
+    assert code == 0, err
+    assert "STAND-IN" in err
+    meta = read_png_text(out.read_bytes())
+    assert meta["fusion_ray.stand_in_models"] == "arcface_w600k_r50,inswapper_128"
+    assert "not a real face swap" in meta["Comment"]
+
+
+@pytest.mark.parametrize("case", ["missing_source", "non_image_source", "no_face_source", "missing_target",
+                                  "non_image_target", "existing_output", "bad_extension"])
+def test_bad_inputs_fail_cleanly(case, tmp_path, images_dir, model_args, capsys):
+    good = str(images_dir / "obama.jpg")
+    text = tmp_path / "notes.jpg"
+    text.write_text("not an image")
+    blank = tmp_path / "blank.png"
+    cv2.imwrite(str(blank), np.full((200, 200, 3), 120, np.uint8))
+    out = tmp_path / "out.png"
+    source, target, expected = good, good, "error:"
+    if case == "missing_source":
+        source, expected = str(tmp_path / "nope.jpg"), "file not found"
+    elif case == "non_image_source":
+        source, expected = str(text), "not an image"
+    elif case == "no_face_source":
+        source, expected = str(blank), "no face found in source image"
+    elif case == "missing_target":
+        target, expected = str(tmp_path / "nope.jpg"), "file not found"
+    elif case == "non_image_target":
+        target, expected = str(text), "not an image"
+    elif case == "existing_output":
+        out.write_bytes(b"keep me")
+        expected = "--force"
+    elif case == "bad_extension":
+        out, expected = tmp_path / "out.xyz", "cannot write images"
+    code, err = swap(["-s", source, "-t", target, "-o", str(out), *model_args], capsys)
+    assert code != 0
+    lines = [line for line in err.strip().splitlines() if not line.startswith("WARNING")]
+    assert len(lines) == 1 and expected in lines[0], err
+    assert "Traceback" not in err
+    if case == "existing_output":
+        assert out.read_bytes() == b"keep me"
+    else:
+        assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
+
+
+def test_no_face_in_target_writes_it_unchanged(tmp_path, images_dir, model_args, capsys):
+    blank = tmp_path / "blank.png"
+    cv2.imwrite(str(blank), np.full((120, 160, 3), 77, np.uint8))
+    out = tmp_path / "out.png"
+    code, err = swap(["-s", str(images_dir / "obama.jpg"), "-t", str(blank), "-o", str(out), *model_args], capsys)
+    assert code == 0
+    assert "no face found in the target" in err
+    assert out.read_bytes() == blank.read_bytes()
+
+
+@pytest.mark.parametrize("kind", ["alpha", "grey", "16bit"])
+def test_odd_target_formats(kind, tmp_path, images_dir, model_args, capsys):
+    frame = read_image(images_dir / "obama.jpg").frame
+    if kind == "alpha":
+        image = np.dstack([frame, np.full(frame.shape[:2], 128, np.uint8)])
+    elif kind == "grey":
+        image = cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY)
+    else:
+        image = frame.astype(np.uint16) * 257
+    target = tmp_path / f"target_{kind}.png"
+    cv2.imwrite(str(target), image)
+    out = tmp_path / "out.png"
+    code, err = swap(["-s", str(images_dir / "biden.jpg"), "-t", str(target), "-o", str(out), *model_args], capsys)
+    assert code == 0, err
+    assert "1 of 1 face(s) swapped" in err
+    written = read_image(out)
+    assert written.frame.shape == frame.shape
+    if kind == "alpha":
+        assert written.alpha is not None and (written.alpha == 128).all()
+
+
+def test_console_script_exit_code_and_message(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "fusion_ray.cli", "swap", "-s", str(tmp_path / "x.jpg"),
+                           "-t", str(tmp_path / "y.jpg"), "-o", str(tmp_path / "o.png")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"error: file not found: {tmp_path / 'y.jpg'}"
