@@ -11,20 +11,32 @@ No Ray here; library code logs and raises fusion_ray.errors.VideoError naming th
 """
 
 from fusion_ray.video.decode import DecodedFrame, decode_all, decode_segment
+from fusion_ray.video.encode import (
+    EncodeOptions,
+    encode_segment,
+    join_segments,
+    nvenc_usable,
+    resolve_codec,
+)
 from fusion_ray.video.probe import VideoInfo, choose_fps, is_video_file, probe
 from fusion_ray.video.segments import Segment, plan_segments
 from fusion_ray.video.synthetic import make_corrupt_video, make_test_video
 
 __all__ = [
     "DecodedFrame",
+    "EncodeOptions",
     "Segment",
     "VideoInfo",
     "choose_fps",
     "decode_all",
     "decode_segment",
+    "encode_segment",
     "is_video_file",
+    "join_segments",
     "make_corrupt_video",
     "make_test_video",
+    "nvenc_usable",
     "plan_segments",
     "probe",
+    "resolve_codec",
 ]

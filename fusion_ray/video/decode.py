@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -41,7 +41,7 @@ class _SeekOvershoot(Exception):
 
 
 def decode_segment(path: str | Path, segment: Segment, *, threads: int = 0
-                   ) -> Iterator[DecodedFrame]:
+                   ) -> Generator[DecodedFrame, None, None]:
     """Yield exactly the frames of `segment` (start_pts <= pts < end_pts), in order.
 
     Seeks to the segment's keyframe and decodes from there, stopping as soon as the decoder
@@ -71,7 +71,8 @@ def decode_segment(path: str | Path, segment: Segment, *, threads: int = 0
     yield from _decode(path, segment, seek_to=None, threads=threads)
 
 
-def decode_all(path: str | Path, *, threads: int = 0) -> Iterator[DecodedFrame]:
+def decode_all(path: str | Path, *, threads: int = 0
+               ) -> Generator[DecodedFrame, None, None]:
     """Yield every frame of the video in presentation order (a generator; bounded memory)."""
     path = Path(path)
     yield from _decode(path, None, seek_to=None, threads=threads)

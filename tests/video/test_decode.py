@@ -93,7 +93,7 @@ def test_segments_of_mpeg_ts_decode_exactly(tmp_path: Path) -> None:
 def test_decode_segment_is_a_lazy_generator(clip: Path) -> None:
     seg = plan_segments(clip, 1.0)[1]
     gen = decode_segment(clip, seg)
-    assert inspect.isgenerator(gen)
+    assert inspect.isgenerator(decode_segment(clip, seg))
     first = next(gen)
     assert first.index == seg.start_frame
     gen.close()  # releases the container; no list of frames was built

@@ -17,8 +17,9 @@ NTSC = Fraction(30000, 1001)
 def _keyframe_pts(path: Path) -> tuple[set[int], list[int]]:
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
-        packets = [p for p in container.demux(stream) if p.size]
-        return {p.pts for p in packets if p.is_keyframe}, sorted(p.pts for p in packets)
+        packets = [(p.pts, p.is_keyframe) for p in container.demux(stream)
+                   if p.size and p.pts is not None]
+        return {pts for pts, key in packets if key}, sorted(pts for pts, _ in packets)
 
 
 @pytest.fixture(scope="module")
