@@ -209,10 +209,19 @@ class Engine:
                 out.append(classic_swap_crop(identity.crop, crop, self.swap_mask))
             return np.stack(out)
         swapper: InswapperSwapper = self._need("swapper")
-        if any(identity.latent is None for identity in rows):
-            raise ValueError("inswapper needs source identities with a latent")
-        latents = np.stack([identity.latent for identity in rows])  # type: ignore[misc]
-        return swapper.swap(crops, latents)
+        latent_of: dict[int, np.ndarray] = {}
+        for identity in rows:
+            if id(identity) not in latent_of:
+                latent_of[id(identity)] = self._latent(swapper, identity)
+        return swapper.swap(crops, np.stack([latent_of[id(identity)] for identity in rows]))
+
+    @staticmethod
+    def _latent(swapper: InswapperSwapper, identity: SourceIdentity) -> np.ndarray:
+        if identity.latent is not None:
+            return identity.latent
+        if identity.embedding is None:
+            raise ValueError("inswapper needs a source identity with an embedding")
+        return swapper.latent(identity.embedding)
 
     def paste_swapped(self, frame: Frame, crops: np.ndarray, affines: np.ndarray) -> Frame:
         """The frame with each swapped crop pasted back (ROI only)."""
@@ -261,7 +270,9 @@ class Engine:
         else:
             if embedding is None:
                 raise FusionRayError("the inswapper needs the embedder to prepare a source")
-            latent = self._need("swapper").latent(embedding)
+            # Without the swapper loaded here (a driver preparing sources for a pipeline), the
+            # swap stage derives the latent from the embedding.
+            latent = self.inswapper.latent(embedding) if self.inswapper is not None else None
         return SourceIdentity(embedding=embedding, latent=latent, crop=crop, num_images=len(images))
 
     def prepare_reference(self, image: Frame, name: str = "reference image") -> Embedding:

@@ -33,14 +33,19 @@ class ImageSwapResult:
     metadata: dict[str, str] = field(default_factory=dict)
 
 
-def output_metadata(engine: Engine) -> dict[str, str]:
-    """Metadata written into every output: the maker, and stand-in models when any were used."""
+def metadata_for(stand_in_models: Sequence[str]) -> dict[str, str]:
+    """Metadata written into every output: the maker, and the stand-in models when any were used."""
     meta = {"Software": f"fusion_ray {__version__}"}
-    if engine.stand_in_models:
-        meta["fusion_ray.stand_in_models"] = ",".join(engine.stand_in_models)
-        meta["Comment"] = ("made with fusion_ray STAND-IN models (" + ", ".join(engine.stand_in_models)
+    if stand_in_models:
+        meta["fusion_ray.stand_in_models"] = ",".join(stand_in_models)
+        meta["Comment"] = ("made with fusion_ray STAND-IN models (" + ", ".join(stand_in_models)
                            + "): not a real face swap")
     return meta
+
+
+def output_metadata(engine: Engine) -> dict[str, str]:
+    """:func:`metadata_for` the engine's stand-in models."""
+    return metadata_for(engine.stand_in_models)
 
 
 def load_sources(engine: Engine, paths: Sequence[Path]) -> SourceIdentity:

@@ -26,10 +26,12 @@ pixels, gets a message in ``error`` and is skipped by later stages: frames are n
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import cv2
 import numpy as np
 
 from fusion_ray.config import EngineConfig
@@ -73,7 +75,9 @@ class Stage:
     name = "stage"
     required: tuple[str, ...] = ("frame",)
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int | None = None) -> None:
+        if threads is not None:
+            cv2.setNumThreads(threads)  # OpenCV's pool defaults to every core of the host
         self._last_end: float | None = time.perf_counter()
 
     def __call__(self, batch: Batch) -> Batch:
@@ -104,6 +108,10 @@ class Stage:
         batch["error"][row] = message
 
 
+def _threads(cpu_budget: float | None) -> int | None:
+    return None if cpu_budget is None else max(1, math.ceil(cpu_budget))
+
+
 def _row_label(batch: Mapping[str, Any], row: int) -> str:
     for key in ("path", "index"):
         if key in batch:
@@ -130,7 +138,7 @@ class DetectStage(Stage):
             components.append("embedder")
         self.engine = Engine.load(cfg, components=components, cpu_budget=cpu_budget)
         self.reference = reference
-        super().__init__()
+        super().__init__(_threads(cpu_budget))
 
     def process(self, batch: Batch) -> None:
         n = num_rows(batch)
@@ -176,7 +184,7 @@ class SwapStage(Stage):
             raise ValueError("SwapStage needs at least one source identity")
         self.engine = Engine.load(cfg, components=["swapper"], cpu_budget=cpu_budget)
         self.identities = dict(identities)
-        super().__init__()
+        super().__init__(_threads(cpu_budget))
 
     def process(self, batch: Batch) -> None:
         _batched_face_call(self, batch, "crops", self._swap)
@@ -198,9 +206,9 @@ class PasteStage(Stage):
     name = "paste"
     required = ("frame", "crops", "affines", "landmarks")
 
-    def __init__(self, cfg: EngineConfig) -> None:
+    def __init__(self, cfg: EngineConfig, *, cpu_budget: float | None = None) -> None:
         self.engine = Engine(cfg)
-        super().__init__()
+        super().__init__(_threads(cpu_budget))
 
     def process(self, batch: Batch) -> None:
         n = num_rows(batch)
@@ -240,7 +248,7 @@ class EnhanceStage(Stage):
 
     def __init__(self, cfg: EngineConfig, *, cpu_budget: float | None = None) -> None:
         self.engine = Engine.load(cfg, components=["enhancer"], cpu_budget=cpu_budget)
-        super().__init__()
+        super().__init__(_threads(cpu_budget))
 
     def process(self, batch: Batch) -> None:
         _batched_face_call(self, batch, "enhance_crops", lambda crops, rows, b: self.engine.enhance_crops(crops))
@@ -252,9 +260,9 @@ class PasteEnhancedStage(Stage):
     name = "paste_enhanced"
     required = ("frame", "enhance_crops", "enhance_affines")
 
-    def __init__(self, cfg: EngineConfig) -> None:
+    def __init__(self, cfg: EngineConfig, *, cpu_budget: float | None = None) -> None:
         self.engine = Engine(cfg)
-        super().__init__()
+        super().__init__(_threads(cpu_budget))
 
     def process(self, batch: Batch) -> None:
         frames = []

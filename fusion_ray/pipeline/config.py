@@ -1,0 +1,65 @@
+"""Pipeline configuration: per-stage resources and the video read/encode settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, model_validator
+
+from fusion_ray.config import EngineConfig, _Config, load_yaml_config
+from fusion_ray.video.encode import EncodeOptions
+
+
+class StageResources(_Config):
+    """Resources of one ``map_batches`` stage (an actor pool)."""
+
+    num_cpus: float = Field(default=0.25, gt=0.0, description="Logical CPUs per actor (fractions avoid deadlocks on small machines).")
+    num_gpus: float = Field(default=0.0, ge=0.0, description="GPUs per actor; set to 0 automatically when the cluster has none.")
+    min_actors: int = Field(default=1, ge=1)
+    max_actors: int = Field(default=1, ge=1)
+    batch_size: int = Field(default=8, ge=1, description="Frames per batch (GPU stages batch all faces of these frames).")
+    threads: int | None = Field(default=None, ge=1, description="ONNX Runtime / OpenCV threads per actor; None: ceil(num_cpus).")
+
+    @model_validator(mode="after")
+    def _pool_bounds(self) -> StageResources:
+        if self.max_actors < self.min_actors:
+            raise ValueError(f"max_actors ({self.max_actors}) is below min_actors ({self.min_actors})")
+        return self
+
+    @property
+    def cpu_budget(self) -> float:
+        return float(self.threads) if self.threads is not None else self.num_cpus
+
+
+class PipelineConfig(_Config):
+    """How frames are read, processed and written by the Ray Data pipeline."""
+
+    segment_seconds: float = Field(default=4.0, gt=0.0, description="Target length of a decode/encode segment.")
+    block_frames: int = Field(default=16, ge=1, description="Frames per block yielded by a read task.")
+    read_num_cpus: float = Field(default=0.25, gt=0.0, description="Logical CPUs per read (decode) task.")
+    detect: StageResources = StageResources(num_cpus=0.5, min_actors=1, max_actors=2, batch_size=4, threads=1)
+    swap: StageResources = StageResources(num_cpus=0.25, num_gpus=0.5, batch_size=16)
+    paste: StageResources = StageResources(num_cpus=0.25, batch_size=8)
+    enhance: StageResources = StageResources(num_cpus=0.25, num_gpus=0.5, batch_size=8)
+    paste_enhanced: StageResources = StageResources(num_cpus=0.25, batch_size=8)
+    encode: StageResources = StageResources(num_cpus=0.25, batch_size=16, threads=1)
+    writers: int = Field(default=1, ge=1, description="Segment writer actors (each encodes several segments).")
+    writer_num_cpus: float = Field(default=0.25, gt=0.0)
+    encode_options: EncodeOptions = EncodeOptions()
+    no_progress_timeout_s: float | None = Field(
+        default=None, gt=0.0, description="Fail the job when no progress is made for this long (None: Ray's default).")
+    progress_bars: bool = Field(default=True, description="Show Ray Data's progress bars.")
+
+
+class JobConfig(_Config):
+    """Everything a dataset job needs: the engine and the pipeline."""
+
+    engine: EngineConfig = EngineConfig()
+    pipeline: PipelineConfig = PipelineConfig()
+
+
+def load_job_config(path: Path | None) -> JobConfig:
+    """configs/pipeline.yaml (sections ``engine`` and ``pipeline``), or the defaults."""
+    if path is None:
+        return JobConfig()
+    return load_yaml_config(path, JobConfig)

@@ -1,0 +1,385 @@
+"""Dataset jobs: many images and videos swapped in one streaming Ray Data run.
+
+``run_job`` plans every item on the driver (probe, keyframe segments; corrupt items are
+reported, not fatal), embeds each distinct source once, streams all frames through the stages,
+lets the segment writers encode, joins each finished video with its audio, renames it into
+place, and returns a report with frames/s, per-stage busy time and idle ratio.
+Completed outputs are skipped on re-run, so a job can be resumed by running it again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from fusion_ray import __version__
+from fusion_ray.config import EngineConfig
+from fusion_ray.engine import Engine
+from fusion_ray.errors import FusionRayError, InputError
+from fusion_ray.image import load_reference, metadata_for
+from fusion_ray.imageio import read_image
+from fusion_ray.pipeline.build import build_pipeline, cluster_gpus
+from fusion_ray.pipeline.config import JobConfig
+from fusion_ray.pipeline.datasource import FrameDatasource, ReadUnit
+from fusion_ray.pipeline.stages import stage_names
+from fusion_ray.pipeline.writer import (
+    EncodeStage,
+    ImageTarget,
+    SegmentKey,
+    SegmentWriter,
+    VideoTarget,
+    writer_for,
+)
+from fusion_ray.types import SourceIdentity
+from fusion_ray.video.encode import join_segments
+from fusion_ray.video.probe import VideoInfo, is_video_file, probe
+from fusion_ray.video.segments import Segment, plan_segments
+
+log = logging.getLogger(__name__)
+
+PARTS_SUFFIX = ".fusion_ray_parts"
+
+
+@dataclass(frozen=True)
+class JobItem:
+    """One thing to do: faces of ``sources`` into ``target``, written to ``output``."""
+
+    sources: tuple[Path, ...]
+    target: Path
+    output: Path
+
+
+@dataclass
+class ItemResult:
+    """What happened to one item."""
+
+    target: str
+    output: str
+    kind: str = "unknown"
+    status: str = "pending"  # done | skipped | failed
+    frames: int = 0
+    frames_failed: int = 0
+    faces_swapped: int = 0
+    error: str = ""
+
+
+@dataclass
+class StageStats:
+    busy_s: float = 0.0
+    idle_s: float = 0.0
+
+    @property
+    def idle_ratio(self) -> float:
+        total = self.busy_s + self.idle_s
+        return self.idle_s / total if total > 0 else 0.0
+
+
+@dataclass
+class JobReport:
+    """The job's outcome, written as JSON."""
+
+    items: list[ItemResult]
+    frames: int = 0
+    wall_s: float = 0.0
+    stages: dict[str, StageStats] = field(default_factory=dict)
+    stand_in_models: list[str] = field(default_factory=list)
+    version: str = __version__
+
+    @property
+    def fps(self) -> float:
+        return self.frames / self.wall_s if self.wall_s > 0 else 0.0
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for item in self.items:
+            out[item.status] = out.get(item.status, 0) + 1
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "frames": self.frames,
+            "wall_s": round(self.wall_s, 3),
+            "frames_per_s": round(self.fps, 2),
+            "counts": self.counts(),
+            "stand_in_models": self.stand_in_models,
+            "stages": {name: {"busy_s": round(s.busy_s, 3), "idle_s": round(s.idle_s, 3),
+                              "idle_ratio": round(s.idle_ratio, 3)} for name, s in self.stages.items()},
+            "items": [asdict(item) for item in self.items],
+        }
+
+    def write(self, path: Path) -> None:
+        tmp = path.with_name(f".{path.name}.part")
+        tmp.write_text(json.dumps(self.to_json(), indent=2))
+        tmp.replace(path)
+
+
+@dataclass
+class _Video:
+    item: int
+    info: VideoInfo
+    segments: list[Segment]
+    work_dir: Path
+    remaining: set[int] = field(default_factory=set)
+    finished: dict[int, str] = field(default_factory=dict)
+
+
+ProgressCallback = Callable[[int, int, JobReport], None]
+"""progress(frames_done, frames_total, report_so_far)."""
+
+
+def confine(output: Path, root: Path | None) -> Path:
+    """``output`` resolved; InputError when it falls outside ``root``."""
+    resolved = output.expanduser().resolve()
+    if root is not None:
+        base = root.expanduser().resolve()
+        if not resolved.is_relative_to(base):
+            raise InputError(f"output {output} is outside the output root {base}")
+    return resolved
+
+
+def run_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Path | None = None,
+            force: bool = False, progress: ProgressCallback | None = None,
+            report_path: Path | None = None) -> JobReport:
+    """Run ``items`` as one streaming job on the connected (or a new local) Ray cluster."""
+    start = time.perf_counter()
+    results = [ItemResult(str(i.target), str(i.output)) for i in items]
+    report = JobReport(results)
+    todo: list[int] = []
+    for n, item in enumerate(items):
+        try:
+            output = confine(item.output, output_root)
+            if output.exists() and not force:
+                results[n].status = "skipped"
+                continue
+            if not item.target.is_file():
+                raise InputError(f"file not found: {item.target}")
+            output.parent.mkdir(parents=True, exist_ok=True)
+            todo.append(n)
+        except (FusionRayError, OSError) as exc:
+            _fail(results[n], exc)
+    if todo:
+        _run(items, todo, cfg, results, report, progress)
+    report.wall_s = time.perf_counter() - start
+    if report_path is not None:
+        report.write(report_path)
+    return report
+
+
+def _fail(result: ItemResult, exc: BaseException | str) -> None:
+    result.status = "failed"
+    result.error = str(exc)
+    log.warning("%s: %s", result.target, result.error)
+
+
+def _prepare_identities(items: Sequence[JobItem], todo: list[int], engine: Engine,
+                        results: list[ItemResult]) -> tuple[dict[str, SourceIdentity], dict[int, str]]:
+    """Embed each distinct source set once; items whose source fails are marked failed."""
+    identities: dict[str, SourceIdentity] = {}
+    by_sources: dict[tuple[Path, ...], str | BaseException] = {}
+    source_of: dict[int, str] = {}
+    for n in todo:
+        key = items[n].sources
+        if key not in by_sources:
+            try:
+                images = [read_image(p).frame for p in key]
+                source_id = f"s{len(identities)}"
+                identities[source_id] = engine.prepare_source(images, [str(p) for p in key])
+                by_sources[key] = source_id
+            except FusionRayError as exc:
+                by_sources[key] = exc
+        outcome = by_sources[key]
+        if isinstance(outcome, BaseException):
+            _fail(results[n], outcome)
+        else:
+            source_of[n] = outcome
+    return identities, source_of
+
+
+def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: list[ItemResult],
+         report: JobReport, progress: ProgressCallback | None) -> None:
+    engine_cfg: EngineConfig = cfg.engine
+    pipeline = cfg.pipeline
+    # The driver embeds the sources once; every actor gets the (small) identities.
+    driver_components: list[Any] = ["detector", "embedder"] if (
+        engine_cfg.swap.swapper == "inswapper" or engine_cfg.selection.mode == "reference") else ["detector"]
+    driver_engine = Engine.load(engine_cfg, components=driver_components, cpu_budget=1)
+    identities, source_of = _prepare_identities(items, todo, driver_engine, results)
+    reference = load_reference(driver_engine)
+    stand_ins = _stand_in_models(engine_cfg, driver_engine)
+    report.stand_in_models = stand_ins
+
+    units: list[ReadUnit] = []
+    videos: dict[int, _Video] = {}
+    images: dict[int, ImageTarget] = {}
+    metadata = metadata_for(stand_ins)
+    for n in source_of:
+        item = items[n]
+        output = item.output.expanduser().resolve()
+        try:
+            if is_video_file(item.target):
+                info = probe(item.target)
+                segments = plan_segments(item.target, pipeline.segment_seconds)
+                work_dir = output.with_name(output.name + PARTS_SUFFIX)
+                shutil.rmtree(work_dir, ignore_errors=True)
+                work_dir.mkdir(parents=True)
+                videos[n] = _Video(n, info, segments, work_dir, {s.index for s in segments})
+                results[n].kind = "video"
+                units += [ReadUnit(n, str(item.target), source_of[n], s, (info.height, info.width)) for s in segments]
+            else:
+                results[n].kind = "image"
+                images[n] = ImageTarget(str(item.target), str(output), metadata)
+                units.append(ReadUnit(n, str(item.target), source_of[n], None, (1080, 1920)))
+        except (FusionRayError, OSError) as exc:
+            _fail(results[n], exc)
+    if not units:
+        return
+    total_frames = sum(v.info.frame_count for v in videos.values()) + len(images)
+
+    from ray.data import DataContext
+
+    ctx = DataContext.get_current()
+    ctx.enable_progress_bars = pipeline.progress_bars
+    if pipeline.no_progress_timeout_s is not None:
+        ctx.execution_no_progress_timeout_s = pipeline.no_progress_timeout_s  # type: ignore[attr-defined]
+
+    targets = {n: VideoTarget(v.info.fps, v.info.width, v.info.height, str(v.work_dir)) for n, v in videos.items()}
+    writer_cls = ray.remote(SegmentWriter).options(num_cpus=pipeline.writer_num_cpus)
+    writers: list[Any] = [writer_cls.remote(targets, pipeline.encode_options) for _ in range(pipeline.writers)]  # type: ignore[attr-defined]
+    segment_spans: dict[SegmentKey, tuple[int, int]] = {
+        (n, s.index): (s.start_frame, s.frame_count) for n, v in videos.items() for s in v.segments}
+
+    ds = ray.data.read_datasource(FrameDatasource(units, pipeline.block_frames), num_cpus=pipeline.read_num_cpus)
+    ds = build_pipeline(ds, engine_cfg, pipeline, identities, reference=reference, gpus_available=cluster_gpus() > 0)
+    enc = pipeline.encode
+    ds = ds.map_batches(EncodeStage, fn_constructor_args=(writers, segment_spans, images),
+                        batch_size=enc.batch_size, num_cpus=enc.num_cpus, batch_format="numpy",
+                        compute=ray.data.ActorPoolStrategy(min_size=enc.min_actors, max_size=enc.max_actors),
+                        udf_modifying_row_count=False)
+    ds = ds.drop_columns(["frame"])
+
+    names = [*stage_names(engine_cfg), "encode"]
+    report.stages = {name: StageStats() for name in names}
+    seen: dict[SegmentKey, int] = {}
+    finishing: dict[Any, SegmentKey] = {}
+    done_frames = 0
+    try:
+        for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+            done_frames += _account(batch, results, report, names, seen)
+            for key, count in list(seen.items()):
+                if key[0] in videos and count == segment_spans[key][1]:
+                    writer = writers[writer_for(key, len(writers))]
+                    finishing[writer.finish.remote(key)] = key
+                    seen[key] = -1  # finishing
+            _collect_finished(finishing, videos, results, items, metadata, block=False)
+            if progress is not None:
+                progress(done_frames, total_frames, report)
+        _collect_finished(finishing, videos, results, items, metadata, block=True)
+    finally:
+        for n, video in videos.items():
+            if results[n].status != "done":
+                keys = [(n, s.index) for s in video.segments]
+                ray.get([w.abort.remote(keys) for w in writers])
+                if results[n].status == "pending":
+                    _fail(results[n], f"incomplete: {len(video.finished)} of {len(video.segments)} segments written")
+            shutil.rmtree(video.work_dir, ignore_errors=True)
+        for writer in writers:
+            ray.kill(writer)
+    report.frames = done_frames
+    for n in images:
+        if results[n].status == "pending":
+            results[n].status = "done"
+
+
+def _stand_in_models(cfg: EngineConfig, driver_engine: Engine) -> list[str]:
+    """Stand-ins among every model the pipeline loads (the driver holds only some of them)."""
+    from fusion_ray.engine import required_components
+    from fusion_ray.models.standins import is_stand_in
+    from fusion_ray.models.store import ModelStore, resolve_models_dir
+
+    names = set(driver_engine.stand_in_models)
+    store = ModelStore(resolve_models_dir(cfg.models.models_dir), overrides=dict(cfg.models.paths))
+    wanted = required_components(cfg)
+    model_names = {"swapper": cfg.models.swapper if cfg.swap.swapper == "inswapper" else None,
+                   "enhancer": cfg.models.enhancer, "embedder": cfg.models.embedder}
+    for component, name in model_names.items():
+        if component in wanted and name is not None:
+            path = store.path_for(name)
+            if path.is_file() and is_stand_in(path):
+                names.add(name)
+    return sorted(names)
+
+
+def _account(batch: Mapping[str, Any], results: list[ItemResult], report: JobReport,
+             names: Iterable[str], seen: dict[SegmentKey, int]) -> int:
+    """Fold one slim output batch into the counters; returns the frames it holds."""
+    frames = 0
+    for row in range(len(batch["item"])):
+        item = int(batch["item"][row])
+        result = results[item]
+        error = str(batch["error"][row] or "")
+        if int(batch["index"][row]) < 0:
+            _fail(result, error or "unreadable")
+            continue
+        frames += 1
+        result.frames += 1
+        result.faces_swapped += int(batch["faces_swapped"][row]) if "faces_swapped" in batch else 0
+        if error:
+            result.frames_failed += 1
+            if result.kind == "image":
+                _fail(result, error)
+        key = (item, int(batch["segment"][row]))
+        if seen.get(key, 0) >= 0:
+            seen[key] = seen.get(key, 0) + 1
+    for name in names:
+        if f"busy_ms_{name}" in batch:
+            report.stages[name].busy_s += float(batch[f"busy_ms_{name}"].sum()) / 1000.0
+            report.stages[name].idle_s += float(batch[f"idle_ms_{name}"].sum()) / 1000.0
+    return frames
+
+
+def _collect_finished(finishing: dict[Any, SegmentKey], videos: Mapping[int, _Video], results: list[ItemResult],
+                      items: Sequence[JobItem], metadata: Mapping[str, str], *, block: bool) -> None:
+    """Gather finished segments; join a video once all its segments are written."""
+    while finishing:
+        ready, _ = ray.wait(list(finishing), num_returns=1 if block else len(finishing),
+                            timeout=None if block else 0)
+        if not ready:
+            return
+        for ref in ready:
+            key = finishing.pop(ref)
+            video = videos[key[0]]
+            result = results[key[0]]
+            try:
+                path, _ = ray.get(ref)
+                video.finished[key[1]] = path
+            except Exception as exc:
+                _fail(result, exc)
+                continue
+            if len(video.finished) == len(video.segments) and result.status == "pending":
+                _join(video, items[key[0]], result, metadata)
+
+
+def _join(video: _Video, item: JobItem, result: ItemResult, metadata: Mapping[str, str]) -> None:
+    comment = f"made by fusion_ray {__version__}"
+    if "fusion_ray.stand_in_models" in metadata:
+        comment += f" with STAND-IN models ({metadata['fusion_ray.stand_in_models']}): not a real face swap"
+    if result.frames != video.info.frame_count:
+        _fail(result, f"processed {result.frames} of {video.info.frame_count} frames")
+        return
+    paths = [Path(video.finished[s.index]) for s in video.segments]
+    try:
+        join_segments(paths, item.output.expanduser().resolve(), fps=video.info.fps,
+                      audio_source=item.target if video.info.has_audio else None, metadata={"comment": comment})
+    except FusionRayError as exc:
+        _fail(result, exc)
+        return
+    result.status = "done"

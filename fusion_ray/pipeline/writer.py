@@ -1,0 +1,202 @@
+"""The ordered sink: segment writer actors and the final stage that feeds them.
+
+``EncodeStage`` (the last ``map_batches`` stage) sends each segment's processed frames to one
+``SegmentWriter`` actor, chosen by the segment's key, so that every segment is encoded by a
+single writer. The writer re-orders frames by index and streams them into a PyAV encoder
+running in a thread, one per open segment; a segment's file is complete once its last frame
+is in. No process ever holds a whole video: a writer holds only frames that arrived out of
+order, and the stage returns slim rows (no pixels) to the driver, which joins the segments.
+Image items are written directly by the stage.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fusion_ray.imageio import encode_image, read_image, write_bytes_atomic
+from fusion_ray.pipeline.stages import Batch, Stage, num_rows
+from fusion_ray.video.encode import EncodeOptions, encode_segment
+
+log = logging.getLogger(__name__)
+
+SegmentKey = tuple[int, int]
+"""(item, segment)."""
+
+_END = object()
+
+
+@dataclass(frozen=True)
+class VideoTarget:
+    """What the writers need to know about one video item."""
+
+    fps: Fraction
+    width: int
+    height: int
+    work_dir: str
+
+
+@dataclass(frozen=True)
+class ImageTarget:
+    """Where an image item is written."""
+
+    source_path: str
+    output_path: str
+    metadata: Mapping[str, str]
+
+
+@dataclass
+class _OpenSegment:
+    path: Path
+    next_index: int
+    end_index: int
+    frames: queue.Queue[Any]
+    thread: threading.Thread
+    pending: dict[int, np.ndarray] = field(default_factory=dict)
+    error: BaseException | None = None
+    written: int = 0
+
+
+def segment_path(work_dir: str, key: SegmentKey) -> Path:
+    return Path(work_dir) / f"segment_{key[1]:05d}.mp4"
+
+
+class SegmentWriter:
+    """Encodes the segments routed to it, each in its own encoder thread (run as a Ray actor)."""
+
+    def __init__(self, targets: Mapping[int, VideoTarget], options: EncodeOptions, max_queue: int = 32) -> None:
+        self.targets = dict(targets)
+        self.options = options
+        self.max_queue = max_queue
+        self.open: dict[SegmentKey, _OpenSegment] = {}
+
+    def _start(self, key: SegmentKey, start_frame: int, frame_count: int) -> _OpenSegment:
+        target = self.targets[key[0]]
+        path = segment_path(target.work_dir, key)
+        frames: queue.Queue[Any] = queue.Queue(maxsize=self.max_queue)
+        state = _OpenSegment(path, start_frame, start_frame + frame_count, frames, threading.Thread())
+
+        def feed() -> Iterator[np.ndarray]:
+            while True:
+                frame = frames.get()
+                if frame is _END:
+                    return
+                yield frame
+
+        def run() -> None:
+            try:
+                state.written = encode_segment(feed(), path, fps=target.fps, width=target.width,
+                                               height=target.height, options=self.options)
+            except BaseException as exc:  # reported by finish()
+                state.error = exc
+                while frames.get() is not _END:  # drain so that producers never block
+                    pass
+
+        state.thread = threading.Thread(target=run, name=f"encode-{key}", daemon=True)
+        state.thread.start()
+        self.open[key] = state
+        return state
+
+    def push(self, key: SegmentKey, start_frame: int, frame_count: int,
+             indices: Sequence[int], frames: Sequence[np.ndarray]) -> int:
+        """Add frames of a segment (any order); returns how many frames were queued for encoding."""
+        state = self.open.get(key) or self._start(key, start_frame, frame_count)
+        for index, frame in zip(indices, frames, strict=True):
+            if not state.next_index <= index < state.end_index or index in state.pending:
+                raise ValueError(f"segment {key}: unexpected or repeated frame index {index}")
+            state.pending[int(index)] = frame
+        queued = 0
+        while state.next_index in state.pending:
+            state.frames.put(state.pending.pop(state.next_index))
+            state.next_index += 1
+            queued += 1
+        if state.next_index == state.end_index:
+            state.frames.put(_END)
+        return queued
+
+    def finish(self, key: SegmentKey) -> tuple[str, int]:
+        """Wait for a complete segment's encoder; returns (segment file, frames written)."""
+        state = self.open.pop(key)
+        if state.next_index != state.end_index:
+            state.frames.put(_END)
+            state.thread.join()
+            raise RuntimeError(f"segment {key} is incomplete: next frame {state.next_index} of {state.end_index}")
+        state.thread.join()
+        if state.error is not None:
+            raise RuntimeError(f"segment {key}: encoding failed: {state.error}") from state.error
+        return str(state.path), state.written
+
+    def abort(self, keys: Sequence[SegmentKey]) -> None:
+        """Stop and forget segments (of a failed item); their partial files are removed."""
+        for key in keys:
+            state = self.open.pop(key, None)
+            if state is None:
+                continue
+            if state.next_index != state.end_index:
+                state.frames.put(_END)
+            state.thread.join()
+            state.path.unlink(missing_ok=True)
+
+    def ready(self) -> bool:
+        return True
+
+
+def writer_for(key: SegmentKey, count: int) -> int:
+    """The writer that owns a segment: stable across processes (not Python's salted hash)."""
+    return zlib.crc32(f"{key[0]}:{key[1]}".encode()) % count
+
+
+class EncodeStage(Stage):
+    """Last stage: routes video frames to their segment writer, writes image items, drops pixels."""
+
+    name = "encode"
+    required = ("frame", "item", "segment", "index")
+
+    def __init__(self, writers: Sequence[Any], segments: Mapping[SegmentKey, tuple[int, int]],
+                 images: Mapping[int, ImageTarget]) -> None:
+        self.writers = list(writers)
+        self.segments = dict(segments)
+        self.images = dict(images)
+        super().__init__()
+
+    def process(self, batch: Batch) -> None:
+        import ray
+
+        n = num_rows(batch)
+        groups: dict[SegmentKey, list[int]] = {}
+        for row in range(n):
+            if int(batch["index"][row]) < 0:
+                continue  # a read failure: nothing to write
+            item = int(batch["item"][row])
+            if item in self.images:
+                self._write_image(batch, row, self.images[item])
+            else:
+                groups.setdefault((item, int(batch["segment"][row])), []).append(row)
+        pending = []
+        for key, rows in groups.items():
+            start, count = self.segments[key]
+            writer = self.writers[writer_for(key, len(self.writers))]
+            frames = [np.asarray(batch["frame"][r]) for r in rows]
+            indices = [int(batch["index"][r]) for r in rows]
+            pending.append(writer.push.remote(key, start, count, indices, frames))
+        if pending:
+            ray.get(pending)  # back-pressure: the stage waits for its writers
+        batch["frame"] = np.zeros((n, 1, 1, 3), np.uint8)  # the driver needs no pixels
+
+    def _write_image(self, batch: Batch, row: int, target: ImageTarget) -> None:
+        try:
+            output = Path(target.output_path)
+            alpha = read_image(Path(target.source_path)).alpha if output.suffix.lower() in (".png", ".webp") else None
+            data = encode_image(np.asarray(batch["frame"][row]), output.suffix, alpha=alpha, metadata=target.metadata)
+            write_bytes_atomic(output, data, force=True)
+        except Exception as exc:
+            self._fail(batch, row, exc)
