@@ -1,0 +1,213 @@
+"""Typed settings of the Serve application: the ``args`` of ``configs/serve.yaml``.
+
+``configs/serve.yaml`` is a Ray Serve config file (``serve run`` / ``serve deploy`` / a
+RayService's ``serveConfigV2``); its application's ``args`` mapping is validated into
+:class:`ServeSettings` by ``fusion_ray.serve.app.build_app``. Nothing here imports Ray.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from fusion_ray.config import EngineConfig, parse_config
+from fusion_ray.errors import ConfigError
+
+APP_IMPORT_PATH = "fusion_ray.serve.app:build_app"
+DEFAULT_TOKEN_ENV = "FUSION_RAY_API_TOKEN"
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BatchSettings(_Settings):
+    """``@serve.batch`` settings of one batched method."""
+
+    max_batch_size: int = Field(default=8, ge=1, le=256,
+                                description="Most requests per batch; 1 turns batching off.")
+    batch_wait_timeout_s: float = Field(default=0.015, ge=0.0, le=5.0,
+                                        description="How long a partial batch waits for more requests.")
+
+
+class BatchingSettings(_Settings):
+    """Batching of the GPU deployments, across concurrent requests."""
+
+    swap: BatchSettings = BatchSettings()
+    embed: BatchSettings = BatchSettings()
+    enhance: BatchSettings = BatchSettings(max_batch_size=4)
+
+
+class DeploymentSettings(_Settings):
+    """Ray Serve options of one deployment (fractional CPUs: whole-CPU actors deadlock small hosts)."""
+
+    num_replicas: int = Field(default=1, ge=1)
+    num_cpus: float = Field(default=0.25, gt=0.0, description="Ray CPUs per replica (fractional is fine).")
+    num_gpus: float = Field(default=0.0, ge=0.0, description="Ray GPUs per replica (0 on CPU-only hosts).")
+    cpu_budget: float | None = Field(
+        default=None, gt=0.0,
+        description="CPU budget ONNX Runtime threads are sized to; None uses num_cpus.")
+    max_ongoing_requests: int | None = Field(
+        default=None, ge=1,
+        description="Requests in flight per replica; None chooses a default (batched: 2x the batch size).")
+    max_queued_requests: int = Field(
+        default=64, ge=-1, description="Requests queued per caller before Serve answers 503 (-1: no limit).")
+
+    def threads_budget(self) -> float:
+        return self.cpu_budget if self.cpu_budget is not None else self.num_cpus
+
+
+class DeploymentsSettings(_Settings):
+    """Per-deployment options."""
+
+    ingress: DeploymentSettings = DeploymentSettings(num_cpus=0.5, max_ongoing_requests=64, max_queued_requests=64)
+    detector: DeploymentSettings = DeploymentSettings(num_cpus=0.5, max_ongoing_requests=4)
+    swapper: DeploymentSettings = DeploymentSettings(num_cpus=0.25)
+    enhancer: DeploymentSettings = DeploymentSettings(num_cpus=0.25)
+    state: DeploymentSettings = DeploymentSettings(num_cpus=0.05, max_ongoing_requests=256,
+                                                   max_queued_requests=-1)
+    enhancer_enabled: bool = Field(
+        default=True, description="Deploy the enhancer (requests with enhance=true get 422 without it).")
+
+    @model_validator(mode="after")
+    def _state_single_replica(self) -> DeploymentsSettings:
+        if self.state.num_replicas != 1:
+            raise ValueError("deployments.state holds the source store and must have exactly one replica")
+        return self
+
+
+class LimitsSettings(_Settings):
+    """Request limits and overload behaviour of the ingress."""
+
+    max_body_bytes: int = Field(default=20_000_000, ge=1024, description="Largest request body (413 above).")
+    max_pixels: int = Field(default=24_000_000, ge=1,
+                            description="Largest image (width x height), checked from the header before decoding.")
+    max_source_images: int = Field(default=8, ge=1, description="Most source images per request.")
+    max_inflight: int = Field(
+        default=16, ge=1,
+        description="Requests the ingress works on at once, per replica; more get 503 with Retry-After. "
+        "Memory per replica is bounded by about max_inflight x (max_body_bytes + 4 x 3 x max_pixels).")
+    retry_after_s: int = Field(default=1, ge=0, description="Retry-After (seconds) sent with 503 answers.")
+    stage_timeout_s: float = Field(default=60.0, gt=0.0, description="Longest wait for one downstream stage (504).")
+
+
+class AuthSettings(_Settings):
+    """Optional bearer-token authentication of the /v1 endpoints."""
+
+    token_env: str | None = Field(
+        default=DEFAULT_TOKEN_ENV,
+        description="Environment variable (read in the ingress replica) holding the token.")
+    token: str | None = Field(
+        default=None, description="The token itself (prefer token_env; a token here is stored in the Serve config).")
+
+    def resolve_token(self, environ: dict[str, str] | None = None) -> str | None:
+        """The configured token, else the environment variable's value, else None (auth off)."""
+        if self.token:
+            return self.token
+        env = os.environ if environ is None else environ
+        value = env.get(self.token_env) if self.token_env else None
+        return value or None
+
+
+class SourcesSettings(_Settings):
+    """The store of registered source identities (bounded: least recently used are dropped)."""
+
+    max_count: int = Field(default=4096, ge=1, description="Identities kept (about 4 KB each).")
+
+
+class ServeSettings(_Settings):
+    """The ``args`` of the fusion_ray Serve application."""
+
+    engine: EngineConfig = EngineConfig()
+    batching: BatchingSettings = BatchingSettings()
+    deployments: DeploymentsSettings = DeploymentsSettings()
+    limits: LimitsSettings = LimitsSettings()
+    auth: AuthSettings = AuthSettings()
+    sources: SourcesSettings = SourcesSettings()
+
+    @model_validator(mode="after")
+    def _check(self) -> ServeSettings:
+        if self.engine.swap.swapper != "inswapper":
+            raise ValueError("the service supports swap.swapper 'inswapper' only")
+        if self.engine.selection.mode == "reference":
+            raise ValueError("the service does not support selection mode 'reference'; "
+                             "use all, largest or index")
+        ingress = self.deployments.ingress
+        if ingress.max_ongoing_requests is not None and ingress.max_ongoing_requests <= self.limits.max_inflight:
+            raise ValueError(
+                f"deployments.ingress.max_ongoing_requests ({ingress.max_ongoing_requests}) must exceed "
+                f"limits.max_inflight ({self.limits.max_inflight}) so that excess requests reach the "
+                "ingress and get a 503 with Retry-After instead of waiting in Serve's queue")
+        for name, batch in (("swapper", self.batching.swap), ("enhancer", self.batching.enhance)):
+            dep: DeploymentSettings = getattr(self.deployments, name)
+            if dep.max_ongoing_requests is not None and dep.max_ongoing_requests < batch.max_batch_size:
+                raise ValueError(
+                    f"deployments.{name}.max_ongoing_requests ({dep.max_ongoing_requests}) is below its batch "
+                    f"size ({batch.max_batch_size}): batches could never fill")
+        swap_ongoing = self.deployments.swapper.max_ongoing_requests
+        if swap_ongoing is not None and swap_ongoing < self.batching.embed.max_batch_size:
+            raise ValueError("deployments.swapper.max_ongoing_requests is below batching.embed.max_batch_size")
+        return self
+
+    # ------------------------------------------------------------ derived
+    def swapper_max_ongoing(self) -> int:
+        dep = self.deployments.swapper.max_ongoing_requests
+        return dep if dep is not None else 2 * max(self.batching.swap.max_batch_size,
+                                                   self.batching.embed.max_batch_size)
+
+    def enhancer_max_ongoing(self) -> int:
+        dep = self.deployments.enhancer.max_ongoing_requests
+        return dep if dep is not None else 2 * self.batching.enhance.max_batch_size
+
+    def ingress_max_ongoing(self) -> int:
+        dep = self.deployments.ingress.max_ongoing_requests
+        return dep if dep is not None else self.limits.max_inflight + 16
+
+    def with_batch_size(self, size: int) -> ServeSettings:
+        """These settings with every batched method at ``size`` (1 = batching off)."""
+        batching = {
+            "swap": {**self.batching.swap.model_dump(), "max_batch_size": size},
+            "embed": {**self.batching.embed.model_dump(), "max_batch_size": size},
+            "enhance": {**self.batching.enhance.model_dump(), "max_batch_size": size},
+        }
+        data = self.model_dump()
+        data["batching"] = batching
+        return parse_settings(data)
+
+
+def parse_settings(args: dict[str, Any] | ServeSettings | None, source: str = "serve args") -> ServeSettings:
+    """Validate the application's ``args`` (ConfigError with field paths when invalid)."""
+    if isinstance(args, ServeSettings):
+        return args
+    return parse_config(dict(args or {}), ServeSettings, source=source)
+
+
+def threads_for(dep: DeploymentSettings) -> int:
+    """Threads a replica's ONNX sessions get (for logs and docs)."""
+    return max(1, math.ceil(dep.threads_budget()))
+
+
+def read_serve_config(path: Path) -> dict[str, Any]:
+    """Read a Serve config file (``applications: [...]``) and return it as a mapping."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("applications"), list) or not data["applications"]:
+        raise ConfigError(f"{path}: expected a Serve config file with a non-empty 'applications' list")
+    return data
+
+
+def find_application(config: dict[str, Any], source: str = "serve config") -> dict[str, Any]:
+    """The application entry whose import_path is fusion_ray's builder."""
+    for app in config.get("applications", []):
+        if isinstance(app, dict) and app.get("import_path") == APP_IMPORT_PATH:
+            return app
+    raise ConfigError(f"{source}: no application with import_path {APP_IMPORT_PATH!r}")

@@ -1,0 +1,382 @@
+"""The Serve application over real HTTP on 127.0.0.1: one app for the whole module.
+
+Models: the real SCRFD detector plus generated, labelled STAND-IN models (``models_config``).
+Pixel tolerance: exact. PNG output is lossless, and the service runs the same stage code as
+the engine on the same decoded frame; the stand-in inswapper has the real export's fixed
+batch dimension of 1, so the batched swap call runs the model per face and a face's result
+does not depend on which requests shared its batch. (With a batch-dynamic model on a GPU a
+batched call may differ from batch 1 in the last bits; the checks here would then need a
+tolerance of one grey level.)
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import cv2
+import numpy as np
+import pytest
+import requests
+
+from fusion_ray.config import EngineConfig, EnhanceConfig, RuntimeConfig, SelectionConfig
+from fusion_ray.engine import Engine
+from fusion_ray.imageio import decode_image, encode_image, read_jpeg_comments, read_png_text
+from fusion_ray.serve.metrics import histogram_max_bucket, parse_exposition
+
+pytestmark = pytest.mark.ray
+
+TOKEN = "test-token-42"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+MAX_INFLIGHT = 6
+MAX_BODY = 3_000_000
+MAX_PIXELS = 4_000_000
+STAND_INS = "arcface_w600k_r50,inswapper_128"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def service(ray_cluster, models_config):
+    """The app, deployed once for the module; Serve is shut down at the end."""
+    from ray import serve
+
+    from fusion_ray.serve.app import build_app
+
+    args = {
+        "engine": {"models": models_config.model_dump(mode="json"), "runtime": {"providers": ["cpu"]}},
+        # A long batch window makes batching under concurrent requests certain on a busy host.
+        "batching": {"swap": {"max_batch_size": 4, "batch_wait_timeout_s": 0.25},
+                     "embed": {"max_batch_size": 4, "batch_wait_timeout_s": 0.01},
+                     "enhance": {"max_batch_size": 2, "batch_wait_timeout_s": 0.01}},
+        "deployments": {"ingress": {"num_cpus": 0.2, "max_ongoing_requests": 32, "max_queued_requests": 16},
+                        "detector": {"num_cpus": 0.2, "max_ongoing_requests": 4, "max_queued_requests": 16},
+                        "swapper": {"num_cpus": 0.2, "max_queued_requests": 16},
+                        "enhancer": {"num_cpus": 0.1, "max_queued_requests": 16},
+                        "state": {"num_cpus": 0.05}},
+        "limits": {"max_body_bytes": MAX_BODY, "max_pixels": MAX_PIXELS, "max_inflight": MAX_INFLIGHT,
+                   "retry_after_s": 2, "max_source_images": 3},
+        "auth": {"token": TOKEN, "token_env": None},
+        "sources": {"max_count": 3},
+    }
+    port = _free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        serve.run(build_app(args), name="fusion_ray_test", route_prefix="/")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+
+
+@pytest.fixture(scope="module")
+def engine(models_config):
+    """The in-process reference (no enhancement; variants enable it)."""
+    cfg = EngineConfig(models=models_config, runtime=RuntimeConfig(providers=["cpu"]))
+    return Engine.load(cfg, components=["detector", "embedder", "swapper", "enhancer"], cpu_budget=1)
+
+
+def variant(engine: Engine, **updates) -> Engine:
+    """The loaded engine's models under a different config (selection, enhancement)."""
+    cfg = engine.cfg.model_copy(update=updates)
+    return Engine(cfg, detector=engine.detector, embedder=engine.embedder, swapper=engine.inswapper,
+                  enhancer=engine.enhancer, model_info=engine.model_info)
+
+
+@pytest.fixture(scope="module")
+def photos(images_dir):
+    return {name: (images_dir / f"{name}.jpg").read_bytes() for name in ("obama", "biden", "obama_and_biden")}
+
+
+@pytest.fixture(scope="module")
+def identities(engine, photos):
+    return {name: engine.prepare_source([decode_image(photos[name]).frame]) for name in ("obama", "biden")}
+
+
+def png_bytes(image: np.ndarray) -> bytes:
+    ok, data = cv2.imencode(".png", image)
+    assert ok
+    return data.tobytes()
+
+
+BLANK_PNG = png_bytes(np.full((240, 320, 3), 90, np.uint8))
+
+
+def register(base: str, *images: bytes) -> requests.Response:
+    files = [("image", (f"s{i}.jpg", data, "image/jpeg")) for i, data in enumerate(images)]
+    return requests.post(f"{base}/v1/sources", files=files, headers=AUTH, timeout=60)
+
+
+def swap(base: str, target: bytes, headers=AUTH, sources: tuple[bytes, ...] = (), **fields) -> requests.Response:
+    files = [("target", ("target.img", target, "application/octet-stream"))]
+    files += [("source", (f"s{i}.jpg", data, "image/jpeg")) for i, data in enumerate(sources)]
+    return requests.post(f"{base}/v1/swap", files=files, data={k: str(v) for k, v in fields.items()},
+                         headers=headers, timeout=60)
+
+
+def decoded(response: requests.Response) -> np.ndarray:
+    image = cv2.imdecode(np.frombuffer(response.content, np.uint8), cv2.IMREAD_UNCHANGED)
+    assert image is not None, response.content[:200]
+    return image
+
+
+def assert_error(response: requests.Response, status: int, code: str) -> dict:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error", "detail"} and body["error"] == code, body
+    return body
+
+
+@pytest.fixture(scope="module")
+def obama_id(service, photos):
+    response = register(service, photos["obama"])
+    assert response.status_code == 201, response.text
+    return response.json()["source_id"]
+
+
+def metrics(base: str) -> dict:
+    response = requests.get(f"{base}/metrics", timeout=30)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    return parse_exposition(response.text)
+
+
+# ------------------------------------------------------------------ ops endpoints
+def test_health_readiness_and_openapi(service):
+    assert requests.get(f"{service}/healthz", timeout=10).json() == {"status": "ok"}
+    ready = requests.get(f"{service}/readyz", timeout=30)
+    assert ready.status_code == 200, ready.text
+    body = ready.json()
+    assert body["status"] == "ready" and set(body["deployments"].values()) == {"ready"}
+    assert set(body["deployments"]) == {"Detector", "Swapper", "Enhancer", "ServiceState"}
+    assert body["stand_in_models"] == ["arcface_w600k_r50", "gfpgan_1.4", "inswapper_128"]
+    assert "scrfd_2.5g" in body["models"]
+    spec = requests.get(f"{service}/openapi.json", timeout=10).json()
+    swap_spec = spec["paths"]["/v1/swap"]["post"]
+    schema = swap_spec["requestBody"]["content"]["multipart/form-data"]["schema"]
+    assert schema["required"] == ["target"] and {"source_id", "source", "select", "enhance", "strict"} <= set(schema["properties"])
+    assert {"/v1/sources", "/v1/sources/{source_id}", "/healthz", "/readyz", "/metrics"} <= set(spec["paths"])
+    assert "HTTPBearer" in spec["components"]["securitySchemes"]
+    assert "text/html" in requests.get(f"{service}/docs", timeout=10).headers["content-type"]
+
+
+# ------------------------------------------------------------- same pixels as the engine
+def test_swap_by_source_id_equals_the_engine_png(service, engine, photos, identities, obama_id):
+    response = swap(service, photos["biden"], source_id=obama_id, format="png")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "image/png"
+    expected = engine.process_frame(decode_image(photos["biden"]).frame, identities["obama"]).frame
+    assert np.array_equal(decoded(response), expected)
+    assert not np.array_equal(expected, decode_image(photos["biden"]).frame)  # something was swapped
+    assert response.headers["X-Fusion-Ray-Stand-In"] == STAND_INS
+    assert response.headers["X-Fusion-Ray-Faces-Swapped"] == "1"
+    text = read_png_text(response.content)
+    assert text["fusion_ray.stand_in_models"] == STAND_INS and "not a real face swap" in text["Comment"]
+
+
+def test_inline_source_and_jpeg_output_equal_the_engine(service, engine, photos, identities):
+    response = swap(service, photos["biden"], sources=(photos["obama"],), format="jpeg", jpeg_quality=90)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "image/jpeg"
+    expected = engine.process_frame(decode_image(photos["biden"]).frame, identities["obama"]).frame
+    reference = cv2.imdecode(np.frombuffer(encode_image(expected, ".jpg", jpeg_quality=90), np.uint8),
+                             cv2.IMREAD_UNCHANGED)
+    assert np.array_equal(decoded(response), reference)  # same frame, same encoder: same pixels
+    assert any("STAND-IN" in c for c in read_jpeg_comments(response.content))
+
+
+def test_selection_and_enhancement_equal_the_engine(service, engine, photos, identities, obama_id):
+    target = decode_image(photos["obama_and_biden"]).frame
+    response = swap(service, photos["obama_and_biden"], source_id=obama_id, select="index", face_index=1,
+                    enhance="true", blend=0.5)
+    assert response.status_code == 200, response.text
+    assert response.headers["X-Fusion-Ray-Faces-Detected"] == "3"
+    assert response.headers["X-Fusion-Ray-Faces-Swapped"] == "1"
+    assert response.headers["X-Fusion-Ray-Stand-In"] == "arcface_w600k_r50,gfpgan_1.4,inswapper_128"
+    expected = variant(engine, selection=SelectionConfig(mode="index", index=1),
+                       enhance=EnhanceConfig(enabled=True, blend=0.5)).process_frame(target, identities["obama"]).frame
+    assert np.array_equal(decoded(response), expected)
+    everyone = variant(engine, enhance=EnhanceConfig(enabled=False)).process_frame(target, identities["obama"]).frame
+    assert not np.array_equal(expected, everyone)
+
+
+def test_concurrent_requests_are_batched_and_each_gets_its_own_identity(service, engine, photos, identities,
+                                                                         obama_id):
+    biden_id = register(service, photos["biden"]).json()["source_id"]
+    jobs = [("biden", obama_id, "obama"), ("obama", biden_id, "biden")] * (MAX_INFLIGHT // 2)
+    expected = {(t, s): engine.process_frame(decode_image(photos[t]).frame, identities[s]).frame
+                for t, _, s in jobs[:2]}
+    before = metrics(service)
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        responses = list(pool.map(lambda job: swap(service, photos[job[0]], source_id=job[1]), jobs))
+    for (target, _, source), response in zip(jobs, responses, strict=True):
+        assert response.status_code == 200, response.text
+        assert np.array_equal(decoded(response), expected[(target, source)]), (target, source)
+    after = metrics(service)
+    assert histogram_max_bucket(after, "fusion_ray_batch_size", deployment="swapper") > 1, \
+        "the swapper never saw a batch of more than one request"
+    count = lambda m: sum(v for lab, v in m.get("fusion_ray_batch_size_count", [])  # noqa: E731
+                          if lab.get("deployment") == "swapper")
+    assert count(after) - count(before) < len(jobs)  # fewer batch calls than requests
+    stages = {lab["stage"] for lab, _ in after["fusion_ray_stage_seconds_count"]}
+    assert {"decode", "detect", "swap", "paste", "encode"} <= stages
+
+
+# -------------------------------------------------------------------------- errors
+def test_auth_is_required_on_v1_only(service, photos):
+    assert_error(swap(service, photos["biden"], headers={}, source_id="x"), 401, "unauthorized")
+    wrong = swap(service, photos["biden"], headers={"Authorization": "Bearer nope"}, source_id="x")
+    assert_error(wrong, 401, "unauthorized")
+    assert wrong.headers["WWW-Authenticate"] == "Bearer"
+    assert requests.post(f"{service}/v1/sources", files=[("image", ("a", b"x"))], timeout=10).status_code == 401
+    assert requests.get(f"{service}/v1/sources/x", timeout=10).status_code == 401
+    assert requests.get(f"{service}/healthz", timeout=10).status_code == 200
+
+
+def _raw_request(base: str, headers: dict[str, str], chunks=None) -> tuple[int, dict, bytes]:
+    host, port = base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.putrequest("POST", "/v1/swap")
+    for key, value in {**AUTH, **headers}.items():
+        conn.putheader(key, value)
+    conn.endheaders()
+    try:
+        for chunk in chunks or []:
+            conn.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        if chunks is not None:
+            conn.send(b"0\r\n\r\n")
+    except OSError:
+        pass  # the server may stop reading once it has refused the body
+    response = conn.getresponse()
+    result = response.status, dict(response.getheaders()), response.read()
+    conn.close()
+    return result
+
+
+def test_body_cap_by_content_length_and_by_streamed_bytes(service):
+    import json
+
+    ctype = {"Content-Type": "multipart/form-data; boundary=xyz"}
+    status, _, body = _raw_request(service, {**ctype, "Content-Length": str(MAX_BODY + 1)})
+    assert status == 413 and json.loads(body)["error"] == "body_too_large"
+    chunks = [b"x" * 65536] * (MAX_BODY // 65536 + 2)  # chunked: no Content-Length to trust
+    status, _, body = _raw_request(service, {**ctype, "Transfer-Encoding": "chunked"}, chunks)
+    assert status == 413 and json.loads(body)["error"] == "body_too_large"
+
+
+def test_pixel_cap_and_non_images(service, photos, obama_id):
+    from tests.serve.test_units import forged_png
+
+    body = assert_error(swap(service, forged_png(50_000, 50_000), source_id=obama_id), 413, "image_too_large")
+    assert "50000x50000" in body["detail"]
+    big = png_bytes(np.zeros((2001, 2000, 3), np.uint8))  # 4.002 MP: over the 4 MP test cap, small file
+    assert_error(swap(service, big, source_id=obama_id), 413, "image_too_large")
+    assert_error(swap(service, b"just some text", source_id=obama_id), 415, "unsupported_media_type")
+    truncated = png_bytes(np.full((64, 64, 3), 7, np.uint8))[:60]
+    assert_error(swap(service, truncated, source_id=obama_id), 422, "invalid_image")
+    not_multipart = requests.post(f"{service}/v1/swap", json={"target": "x"}, headers=AUTH, timeout=10)
+    assert_error(not_multipart, 415, "unsupported_media_type")
+
+
+def test_no_face_in_the_source_is_422(service, photos):
+    body = assert_error(register(service, BLANK_PNG), 422, "no_face_in_source")
+    assert "no face" in body["detail"]
+    body = assert_error(register(service, photos["obama"], BLANK_PNG), 422, "no_face_in_source")
+    assert "s1.jpg" in body["detail"]  # names the image without a face
+    assert_error(swap(service, photos["biden"], sources=(BLANK_PNG,)), 422, "no_face_in_source")
+
+
+def test_no_face_in_the_target_returns_it_unchanged_or_422_when_strict(service, obama_id):
+    response = swap(service, BLANK_PNG, source_id=obama_id)
+    assert response.status_code == 200
+    assert response.content == BLANK_PNG
+    assert response.headers["X-Fusion-Ray-Faces-Swapped"] == "0"
+    assert "X-Fusion-Ray-Stand-In" not in response.headers
+    body = assert_error(swap(service, BLANK_PNG, source_id=obama_id, strict="true"), 422, "no_face_in_target")
+    assert "no face" in body["detail"]
+
+
+def test_bad_fields_and_unknown_sources(service, photos, obama_id):
+    assert_error(swap(service, photos["biden"], source_id=obama_id, select="bogus"), 422, "invalid_option")
+    assert_error(swap(service, photos["biden"]), 422, "missing_field")
+    assert_error(swap(service, photos["biden"], source_id=obama_id, sources=(photos["obama"],)), 422, "invalid_field")
+    assert_error(swap(service, photos["biden"], source_id="src_unknown"), 404, "unknown_source")
+    no_target = requests.post(f"{service}/v1/swap", files=[("source", ("s.jpg", photos["obama"]))],
+                              data={"source_id": obama_id}, headers=AUTH, timeout=10)
+    assert_error(no_target, 422, "missing_field")
+
+
+def test_source_store_is_bounded_and_sources_can_be_deleted(service, photos):
+    ids = [register(service, photos["obama"]).json()["source_id"] for _ in range(4)]  # capacity 3
+    assert requests.get(f"{service}/v1/sources/{ids[0]}", headers=AUTH, timeout=10).status_code == 404
+    info = requests.get(f"{service}/v1/sources/{ids[-1]}", headers=AUTH, timeout=10)
+    assert info.json() == {"source_id": ids[-1], "num_images": 1}
+    assert requests.delete(f"{service}/v1/sources/{ids[-1]}", headers=AUTH, timeout=10).status_code == 204
+    assert requests.delete(f"{service}/v1/sources/{ids[-1]}", headers=AUTH, timeout=10).status_code == 404
+    stored = [v for _, v in metrics(service)["fusion_ray_sources_stored"]]
+    assert stored and stored[0] <= 3
+
+
+# ------------------------------------------------------------------------ overload
+def _inflight(base: str) -> float:
+    return sum(v for _, v in metrics(base)["fusion_ray_inflight_requests"])
+
+
+def _wait_until(predicate, timeout_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_requests_beyond_the_inflight_limit_get_503_then_the_service_recovers(service, photos):
+    """Deterministic: MAX_INFLIGHT requests hold their slots by sending half a body and stalling."""
+    obama_id = register(service, photos["obama"]).json()["source_id"]  # the store is tiny: a fresh id
+    host, port = service.removeprefix("http://").split(":")
+    stalled = []
+    try:
+        for _ in range(MAX_INFLIGHT):
+            sock = socket.create_connection((host, int(port)), timeout=30)
+            head = (f"POST /v1/swap HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
+                    "Content-Type: multipart/form-data; boundary=xyz\r\nContent-Length: 100000\r\n\r\n")
+            sock.sendall(head.encode() + b"--xyz\r\n")
+            stalled.append(sock)
+        assert _wait_until(lambda: _inflight(service) == MAX_INFLIGHT), "stalled requests did not take their slots"
+        refused = swap(service, photos["biden"], source_id=obama_id)
+        body = assert_error(refused, 503, "overloaded")
+        assert refused.headers["Retry-After"] == "2" and "limit" in body["detail"]
+    finally:
+        for sock in stalled:
+            sock.close()
+    assert _wait_until(lambda: _inflight(service) == 0), "slots were not released after the clients left"
+    assert swap(service, photos["biden"], source_id=obama_id).status_code == 200
+
+
+def test_a_burst_gets_some_503s_the_rest_succeed_and_the_service_recovers(service, photos):
+    obama_id = register(service, photos["obama"]).json()["source_id"]
+    burst = 4 * MAX_INFLIGHT
+    barrier = threading.Barrier(burst)
+
+    def one(_: int) -> requests.Response:
+        barrier.wait()
+        return swap(service, photos["biden"], source_id=obama_id)
+
+    with ThreadPoolExecutor(burst) as pool:
+        responses = list(pool.map(one, range(burst)))
+    statuses = [r.status_code for r in responses]
+    assert set(statuses) <= {200, 503}, statuses
+    assert statuses.count(503) >= 1 and statuses.count(200) >= 1, statuses
+    assert all(r.headers.get("Retry-After") == "2" for r in responses if r.status_code == 503)
+    peak = [v for _, v in metrics(service)["fusion_ray_inflight_peak"]]
+    assert peak == [MAX_INFLIGHT]  # bounded: never more than the limit at once
+    assert _wait_until(lambda: _inflight(service) == 0)
+    assert swap(service, photos["biden"], source_id=obama_id).status_code == 200
+

@@ -1,0 +1,337 @@
+"""Serve building blocks without Ray: limits, multipart, image headers, metrics, settings, config."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import zlib
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import yaml
+from urllib3 import encode_multipart_formdata
+
+from fusion_ray.errors import ConfigError
+from fusion_ray.serve.limits import (
+    ApiError,
+    InflightLimiter,
+    Overloaded,
+    check_content_length,
+    check_image,
+    parse_multipart,
+    read_capped,
+    read_image_header,
+)
+from fusion_ray.serve.metrics import (
+    MetricsRecorder,
+    MetricsStore,
+    histogram_max_bucket,
+    parse_exposition,
+)
+from fusion_ray.serve.schemas import SwapOptions
+from fusion_ray.serve.settings import (
+    ServeSettings,
+    find_application,
+    parse_settings,
+    read_serve_config,
+)
+from fusion_ray.serve.sources import SourceStore
+from fusion_ray.types import SourceIdentity
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def forged_png(width: int, height: int) -> bytes:
+    """A PNG signature and IHDR claiming width x height, and nothing else (a bomb's header)."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    return b"\x89PNG\r\n\x1a\n" + chunk
+
+
+# ------------------------------------------------------------------ image headers
+@pytest.mark.parametrize("ext,fmt", [(".png", "png"), (".jpg", "jpeg"), (".webp", "webp"), (".bmp", "bmp")])
+@pytest.mark.parametrize("width,height", [(37, 23), (640, 1)])
+def test_header_size_matches_the_decoder(ext, fmt, width, height):
+    image = np.random.default_rng(0).integers(0, 255, (height, width, 3), dtype=np.uint8)
+    ok, data = cv2.imencode(ext, image)
+    assert ok
+    header = read_image_header(data.tobytes())
+    assert (header.format, header.width, header.height) == (fmt, width, height)
+
+
+def test_webp_lossless_header():
+    image = np.zeros((19, 45, 3), np.uint8)
+    ok, data = cv2.imencode(".webp", image, [cv2.IMWRITE_WEBP_QUALITY, 101])  # >100: lossless (VP8L)
+    assert ok and data.tobytes()[12:16] == b"VP8L"
+    header = read_image_header(data.tobytes())
+    assert (header.format, header.width, header.height) == ("webp", 45, 19)
+
+
+def test_jpeg_header_of_a_real_photo(images_dir):
+    header = read_image_header((images_dir / "biden.jpg").read_bytes())
+    assert (header.format, header.width, header.height) == ("jpeg", 970, 2204)
+
+
+def test_pixel_cap_rejects_a_bomb_header_without_decoding():
+    with pytest.raises(ApiError) as err:
+        check_image(forged_png(100_000, 100_000), "target", max_pixels=24_000_000)
+    assert err.value.status == 413 and "100000x100000" in err.value.detail
+
+
+@pytest.mark.parametrize("data,status", [
+    (b"hello, I am text", 415),
+    (b"%PDF-1.7 ...", 415),
+    (b"\x89PNG\r\n\x1a\n\x00\x00", 422),              # PNG without IHDR
+    (b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + b"\x00" * 8, 422),  # JPEG without SOF
+    (b"", 422),
+])
+def test_bad_images_get_415_or_422(data, status):
+    with pytest.raises(ApiError) as err:
+        check_image(data, "target", max_pixels=10**9)
+    assert err.value.status == status
+    assert set(err.value.body()) == {"error", "detail"}
+
+
+# ----------------------------------------------------------------------- body
+def test_content_length_checks():
+    assert check_content_length(None, 10) is None
+    assert check_content_length("10", 10) == 10
+    with pytest.raises(ApiError) as err:
+        check_content_length("11", 10)
+    assert err.value.status == 413
+    with pytest.raises(ApiError) as err:
+        check_content_length("-1", 10)
+    assert err.value.status == 400
+
+
+def test_streamed_bytes_are_counted():
+    async def chunks(n: int, size: int):
+        for _ in range(n):
+            yield b"x" * size
+
+    assert len(asyncio.run(read_capped(chunks(4, 100), 400))) == 400
+    with pytest.raises(ApiError) as err:
+        asyncio.run(read_capped(chunks(5, 100), 400))
+    assert err.value.status == 413
+
+
+# ------------------------------------------------------------------ multipart
+def test_multipart_round_trip_with_binary_data():
+    tricky = b"\r\n--not-the-boundary\r\n\r\n" + bytes(range(256)) * 50 + b"\r\n"
+    body, ctype = encode_multipart_formdata([
+        ("target", ("t.png", tricky, "image/png")),
+        ("source", ("a.jpg", b"AAA", "image/jpeg")),
+        ("source", ("b.jpg", b"", "image/jpeg")),
+        ("source_id", "src_1"),
+        ("strict", "true"),
+    ])
+    form = parse_multipart(body, ctype)
+    assert form.file("target").data == tricky
+    assert form.file("target").filename == "t.png"
+    assert [p.data for p in form.files("source")] == [b"AAA", b""]
+    assert form.text_fields() == {"source_id": "src_1", "strict": "true"}
+    with pytest.raises(ApiError, match="given 2 times"):
+        form.file("source")
+
+
+@pytest.mark.parametrize("ctype,status", [(None, 415), ("application/json", 415),
+                                          ("multipart/form-data", 400)])
+def test_multipart_content_type(ctype, status):
+    with pytest.raises(ApiError) as err:
+        parse_multipart(b"{}", ctype)
+    assert err.value.status == status
+
+
+def test_truncated_multipart_is_400():
+    body, ctype = encode_multipart_formdata([("target", ("t.png", b"x" * 100, "image/png"))])
+    with pytest.raises(ApiError) as err:
+        parse_multipart(body[:-30], ctype)
+    assert err.value.status == 400
+
+
+def test_too_many_parts():
+    body, ctype = encode_multipart_formdata([("f", str(i)) for i in range(10)])
+    with pytest.raises(ApiError) as err:
+        parse_multipart(body, ctype, max_parts=5)
+    assert err.value.status == 422
+
+
+# ----------------------------------------------------------------- options
+def test_swap_options_from_form_text():
+    opts = SwapOptions.from_fields({"enhance": "true", "blend": "0.5", "select": "index", "face_index": "2",
+                                    "format": "jpeg", "strict": "1", "source_id": ""})
+    assert (opts.enhance, opts.blend, opts.select, opts.face_index, opts.format, opts.strict) == (
+        True, 0.5, "index", 2, "jpeg", True)
+    assert opts.source_id is None
+    for bad in ({"select": "reference"}, {"blend": "2"}, {"format": "gif"}, {"face_index": "-1"}):
+        with pytest.raises(ApiError) as err:
+            SwapOptions.from_fields(bad)
+        assert err.value.status == 422 and err.value.code == "invalid_option"
+
+
+# ------------------------------------------------------------------ limiter
+def test_inflight_limiter_refuses_and_releases():
+    limiter = InflightLimiter(2, retry_after_s=3)
+    with limiter.slot(), limiter.slot():
+        assert limiter.inflight == 2
+        with pytest.raises(Overloaded) as err, limiter.slot():
+            pass
+        assert err.value.status == 503 and err.value.headers == {"Retry-After": "3"}
+    assert limiter.inflight == 0
+    with pytest.raises(RuntimeError), limiter.slot():
+        raise RuntimeError("boom")
+    assert limiter.inflight == 0 and limiter.peak == 2
+
+
+# ------------------------------------------------------------------ sources
+def _identity(k: int) -> SourceIdentity:
+    return SourceIdentity(embedding=None, latent=np.full(512, k, np.float32), crop=None, num_images=k)
+
+
+def test_source_store_is_a_bounded_lru():
+    store = SourceStore(2)
+    a, b = store.put(_identity(1)), store.put(_identity(2))
+    assert a != b and store.get(a).num_images == 1  # a is now the most recent
+    c = store.put(_identity(3))
+    assert store.get(b) is None and store.get(a) is not None and store.get(c) is not None
+    assert len(store) == 2 and store.evicted == 1
+    assert store.delete(a) and not store.delete(a)
+
+
+# ------------------------------------------------------------------ metrics
+def test_metrics_merge_and_exposition():
+    store = MetricsStore()
+    for sizes in ([1, 3], [8]):
+        rec = MetricsRecorder()
+        for n in sizes:
+            rec.batch("swapper", n, n * 2, 0.004)
+        rec.stage("detect", 0.03)
+        rec.inc("fusion_ray_requests_total", endpoint="/v1/swap", status="200")
+        store.merge(rec.take())
+        assert rec.take().empty()
+    text = store.render([("fusion_ray_inflight_requests", "help", {"replica": "r1"}, 2.0)])
+    samples = parse_exposition(text)
+    assert histogram_max_bucket(samples, "fusion_ray_batch_size", deployment="swapper") == 8
+    assert histogram_max_bucket(samples, "fusion_ray_batch_faces", deployment="swapper") == 16
+    count = [v for lab, v in samples["fusion_ray_stage_seconds_count"] if lab["stage"] == "detect"]
+    assert count == [2.0]
+    assert samples["fusion_ray_requests_total"] == [({"endpoint": "/v1/swap", "status": "200"}, 2.0)]
+    assert samples["fusion_ray_inflight_requests"] == [({"replica": "r1"}, 2.0)]
+    assert "# TYPE fusion_ray_batch_size histogram" in text
+    assert 'fusion_ray_batch_size_bucket{deployment="swapper",le="+Inf"} 3' in text
+
+
+# ----------------------------------------------------------------- settings
+def test_default_settings_are_valid_and_batches_can_fill():
+    settings = ServeSettings()
+    assert settings.swapper_max_ongoing() >= settings.batching.swap.max_batch_size
+    assert settings.enhancer_max_ongoing() >= settings.batching.enhance.max_batch_size
+    assert settings.ingress_max_ongoing() > settings.limits.max_inflight
+    off = settings.with_batch_size(1)
+    assert off.batching.swap.max_batch_size == 1 and off.batching.enhance.max_batch_size == 1
+    assert off.batching.swap.batch_wait_timeout_s == settings.batching.swap.batch_wait_timeout_s
+
+
+@pytest.mark.parametrize("args,match", [
+    ({"deployments": {"ingress": {"max_ongoing_requests": 4}}, "limits": {"max_inflight": 4}}, "must exceed"),
+    ({"deployments": {"swapper": {"max_ongoing_requests": 2}}}, "batches could never fill"),
+    ({"engine": {"swap": {"swapper": "classic"}}}, "inswapper"),
+    ({"engine": {"selection": {"mode": "reference", "reference_path": "/x.jpg"}}}, "reference"),
+    ({"deployments": {"state": {"num_replicas": 2}}}, "exactly one replica"),
+    ({"limits": {"max_body_byte": 1}}, "max_body_byte"),
+])
+def test_bad_settings_are_config_errors(args, match):
+    with pytest.raises(ConfigError, match=match):
+        parse_settings(args)
+
+
+def test_token_from_config_or_environment():
+    from fusion_ray.serve.settings import AuthSettings
+
+    assert AuthSettings(token="t").resolve_token({"FUSION_RAY_API_TOKEN": "e"}) == "t"
+    assert AuthSettings().resolve_token({"FUSION_RAY_API_TOKEN": "e"}) == "e"
+    assert AuthSettings().resolve_token({}) is None
+    assert AuthSettings(token_env=None).resolve_token({"FUSION_RAY_API_TOKEN": "e"}) is None
+
+
+def test_serve_yaml_is_a_valid_serve_config_and_builds():
+    from ray.serve import Application
+    from ray.serve.schema import ServeDeploySchema
+
+    from fusion_ray.serve.app import build_app
+
+    path = REPO / "configs" / "serve.yaml"
+    config = read_serve_config(path)
+    ServeDeploySchema.model_validate(config)  # what `serve run` / RayService accept
+    app = find_application(config)
+    settings = parse_settings(app["args"])
+    assert settings.limits.max_body_bytes == 20_000_000
+    assert settings.batching.swap.batch_wait_timeout_s == pytest.approx(0.015)
+    assert isinstance(build_app(app["args"]), Application)
+    with pytest.raises(ConfigError):
+        find_application({"applications": [{"import_path": "other:app"}]})
+
+
+def test_cli_overlays_model_paths(tmp_path):
+    from fusion_ray.cli import build_parser
+    from fusion_ray.cli.serve import app_args_from_cli
+
+    config = yaml.safe_load((REPO / "configs" / "serve.yaml").read_text())
+    path = tmp_path / "serve.yaml"
+    path.write_text(yaml.safe_dump(config))
+    args = build_parser().parse_args(["serve", "--config", str(path), "--models-dir", "/m",
+                                      "--model", "scrfd_2.5g=/x/scrfd.onnx", "--port", "9001"])
+    data, app, _ = app_args_from_cli(args)
+    assert data["engine"]["models"]["models_dir"] == "/m"
+    assert data["engine"]["models"]["paths"] == {"scrfd_2.5g": "/x/scrfd.onnx"}
+    assert app["name"] == "fusion_ray" and args.port == 9001
+    load_args = build_parser().parse_args(["serve-load", "--config", str(path), "--target", "t.jpg",
+                                           "--source", "s.jpg"])
+    assert load_args.concurrency == "1,8,32" and load_args.batch_sizes == "8,1"
+
+
+def test_load_plan_is_loopback_only(tmp_path):
+    from fusion_ray.serve.load import LoadPlan, _max_batch_between, is_loopback
+
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("10.0.0.1") and not is_loopback("example.com")
+    image = tmp_path / "x.jpg"
+    image.write_bytes(b"x")
+    with pytest.raises(ConfigError, match="loopback"):
+        LoadPlan(target=image, source=image, host="192.168.1.2").check()
+    inf = float("inf")
+    assert _max_batch_between({1.0: 2, 2.0: 2, inf: 2}, {1.0: 3, 2.0: 5, 4.0: 5, inf: 5}) == 2.0
+    assert _max_batch_between({}, {}) == 0.0
+
+
+# --------------------------------------------------------- ingress error mapping
+def test_backpressure_and_timeouts_map_to_503_and_504():
+    from ray.serve.exceptions import BackPressureError
+
+    from fusion_ray.serve.app import IngressCore
+
+    core = IngressCore(parse_settings({"limits": {"retry_after_s": 7, "stage_timeout_s": 0.05},
+                                       "auth": {"token_env": None}}), None, None, None, None)
+
+    async def full():
+        raise BackPressureError(num_queued_requests=4, max_queued_requests=4)
+
+    async def slow():
+        await asyncio.sleep(5)
+
+    with pytest.raises(ApiError) as err:
+        asyncio.run(core.call("swap", full))
+    assert err.value.status == 503 and err.value.headers == {"Retry-After": "7"}
+    with pytest.raises(ApiError) as err:
+        asyncio.run(core.call("swap", slow))
+    assert err.value.status == 504 and "swap" in err.value.detail
+    samples = parse_exposition(_render(core))
+    assert ({"reason": "swap_queue_full"}, 1.0) in samples["fusion_ray_rejected_total"]
+
+
+def _render(core) -> str:
+    store = MetricsStore()
+    store.merge(core.metrics.take())
+    return store.render()
