@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from fusion_ray.cli.common import add_engine_arguments, engine_config_from_args
+from fusion_ray.cli.video import add_pipeline_arguments, run_video_swap
 from fusion_ray.errors import InputError
 
 
@@ -19,17 +20,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--target", "-t", type=Path, required=True, help="target image or video")
     parser.add_argument("--output", "-o", type=Path, required=True, help="output file")
     parser.add_argument("--force", action="store_true", help="overwrite an existing output")
-    parser.add_argument("--address", help="video targets: Ray cluster address to join (default: local Ray)")
-    parser.add_argument("--pipeline-config", type=Path, help="video targets: pipeline YAML (configs/pipeline.yaml)")
     add_engine_arguments(parser)
+    add_pipeline_arguments(parser)
     parser.set_defaults(run=run)
 
 
 def _is_video(path: Path) -> bool:
-    try:
-        from fusion_ray.video import is_video_file
-    except ImportError:
-        return False
+    from fusion_ray.video import is_video_file
+
     return bool(is_video_file(path))
 
 
@@ -38,8 +36,6 @@ def run(args: argparse.Namespace) -> int:
     if not args.target.exists():
         raise InputError(f"file not found: {args.target}")
     if _is_video(args.target):
-        from fusion_ray.cli.video import run_video_swap
-
         return run_video_swap(args, cfg)
     from fusion_ray.engine import Engine
     from fusion_ray.image import swap_image_files

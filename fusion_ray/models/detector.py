@@ -150,14 +150,19 @@ class ScrfdDetector(NotPicklable):
 
     def preprocess(self, frame: Frame) -> tuple[FloatArray, DetectorInput]:
         plan = plan_input(frame.shape[:2], self.cfg, self.model_hw)
-        resized = cv2.resize(frame, (plan.resized_hw[1], plan.resized_hw[0]), interpolation=cv2.INTER_LINEAR)
-        canvas = np.zeros((*plan.canvas_hw, 3), np.uint8)
-        canvas[: plan.resized_hw[0], : plan.resized_hw[1]] = resized
-        rgb = canvas[..., ::-1] if self.spec.color_order == "RGB" else canvas
-        mean = np.asarray(self.spec.mean, np.float32)
-        std = np.asarray(self.spec.std, np.float32)
-        blob = ((rgb.astype(np.float32) - mean) / std).transpose(2, 0, 1)[None]
-        return np.ascontiguousarray(blob), plan
+        resized_h, resized_w = plan.resized_hw
+        if (resized_h, resized_w) != frame.shape[:2]:
+            frame = np.asarray(cv2.resize(frame, (resized_w, resized_h), interpolation=cv2.INTER_LINEAR), np.uint8)
+        canvas = cv2.copyMakeBorder(frame, 0, plan.canvas_hw[0] - resized_h, 0, plan.canvas_hw[1] - resized_w,
+                                    cv2.BORDER_CONSTANT, value=(0, 0, 0))
+        swap_rb = self.spec.color_order == "RGB"
+        if len(set(self.spec.std)) == 1:  # one fused OpenCV pass: (pixel - mean) / std, channel swap
+            # OpenCV takes the mean in the output channel order, i.e. the spec's colour order.
+            blob = cv2.dnn.blobFromImage(canvas, scalefactor=1.0 / self.spec.std[0], mean=self.spec.mean, swapRB=swap_rb)
+            return np.asarray(blob, np.float32), plan
+        pixels = canvas[..., ::-1] if swap_rb else canvas
+        normalised = (pixels.astype(np.float32) - np.asarray(self.spec.mean, np.float32)) / np.asarray(self.spec.std, np.float32)
+        return np.ascontiguousarray(normalised.transpose(2, 0, 1)[None]), plan
 
     def forward(self, blob: FloatArray) -> list[np.ndarray]:
         return list(self.session.run(self.output_names, {self.input_name: blob}))

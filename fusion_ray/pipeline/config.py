@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from fusion_ray.config import EngineConfig, _Config, load_yaml_config
+from fusion_ray.errors import ConfigError
 from fusion_ray.video.encode import EncodeOptions
 
 
@@ -36,19 +37,36 @@ class PipelineConfig(_Config):
 
     segment_seconds: float = Field(default=4.0, gt=0.0, description="Target length of a decode/encode segment.")
     block_frames: int = Field(default=16, ge=1, description="Frames per block yielded by a read task.")
-    read_num_cpus: float = Field(default=0.25, gt=0.0, description="Logical CPUs per read (decode) task.")
-    detect: StageResources = StageResources(num_cpus=0.5, min_actors=1, max_actors=2, batch_size=4, threads=1)
-    swap: StageResources = StageResources(num_cpus=0.25, num_gpus=0.5, batch_size=16)
-    paste: StageResources = StageResources(num_cpus=0.25, batch_size=8)
-    enhance: StageResources = StageResources(num_cpus=0.25, num_gpus=0.5, batch_size=8)
-    paste_enhanced: StageResources = StageResources(num_cpus=0.25, batch_size=8)
-    encode: StageResources = StageResources(num_cpus=0.25, batch_size=16, threads=1)
+    read_num_cpus: float = Field(default=0.2, gt=0.0, description="Logical CPUs per read (decode) task.")
+    detect: StageResources = StageResources(num_cpus=0.4, min_actors=2, max_actors=2, batch_size=4, threads=1)
+    swap: StageResources = StageResources(num_cpus=0.2, num_gpus=0.5, batch_size=16)
+    paste: StageResources = StageResources(num_cpus=0.2, batch_size=8)
+    enhance: StageResources = StageResources(num_cpus=0.2, num_gpus=0.5, batch_size=8)
+    paste_enhanced: StageResources = StageResources(num_cpus=0.2, batch_size=8)
+    encode: StageResources = StageResources(num_cpus=0.2, batch_size=16, threads=1)
     writers: int = Field(default=1, ge=1, description="Segment writer actors (each encodes several segments).")
-    writer_num_cpus: float = Field(default=0.25, gt=0.0)
+    writer_num_cpus: float = Field(default=0.2, gt=0.0)
     encode_options: EncodeOptions = EncodeOptions()
     no_progress_timeout_s: float | None = Field(
         default=None, gt=0.0, description="Fail the job when no progress is made for this long (None: Ray's default).")
     progress_bars: bool = Field(default=True, description="Show Ray Data's progress bars.")
+
+
+    def reserved_cpus(self, enhance: bool, gpus_available: bool) -> float:
+        """Logical CPUs the actor pools hold at their minimum size (GPU stages hold CPUs too)."""
+        stages = [self.detect, self.swap, self.paste, self.encode]
+        if enhance:
+            stages += [self.enhance, self.paste_enhanced]
+        return sum(s.num_cpus * s.min_actors for s in stages) + self.writers * self.writer_num_cpus
+
+    def check_fits(self, cluster_cpus: float, *, enhance: bool, gpus_available: bool) -> None:
+        """ConfigError when the pools leave no CPU for a read task (the job would deadlock)."""
+        reserved = self.reserved_cpus(enhance, gpus_available)
+        if reserved + self.read_num_cpus > cluster_cpus + 1e-9:
+            raise ConfigError(
+                f"the pipeline's actor pools reserve {reserved:g} CPUs and a read task needs "
+                f"{self.read_num_cpus:g}, but the cluster has {cluster_cpus:g}: lower the stages' "
+                "num_cpus or min_actors in the pipeline config (the job would deadlock)")
 
 
 class JobConfig(_Config):

@@ -21,9 +21,9 @@ from typing import Any
 import ray
 
 from fusion_ray import __version__
-from fusion_ray.config import EngineConfig
+from fusion_ray.config import EngineConfig, parse_config
 from fusion_ray.engine import Engine
-from fusion_ray.errors import FusionRayError, InputError
+from fusion_ray.errors import ConfigError, FusionRayError, InputError
 from fusion_ray.image import load_reference, metadata_for
 from fusion_ray.imageio import read_image
 from fusion_ray.pipeline.build import build_pipeline, cluster_gpus
@@ -50,11 +50,17 @@ PARTS_SUFFIX = ".fusion_ray_parts"
 
 @dataclass(frozen=True)
 class JobItem:
-    """One thing to do: faces of ``sources`` into ``target``, written to ``output``."""
+    """One thing to do: faces of ``sources`` into ``target``, written to ``output``.
+
+    ``options`` are engine-config overrides for this item (e.g. ``{"selection": {"mode":
+    "largest"}}``); items with the same options run in the same pipeline.
+    """
 
     sources: tuple[Path, ...]
     target: Path
     output: Path
+    options: str = "{}"
+    """JSON object of engine overrides (a string, so that items stay hashable)."""
 
 
 @dataclass
@@ -166,12 +172,42 @@ def run_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Path | Non
             todo.append(n)
         except (FusionRayError, OSError) as exc:
             _fail(results[n], exc)
-    if todo:
-        _run(items, todo, cfg, results, report, progress)
+    groups: dict[str, list[int]] = {}
+    for n in todo:
+        groups.setdefault(items[n].options, []).append(n)
+    for options, members in groups.items():
+        try:
+            group_cfg = with_overrides(cfg, options)
+        except FusionRayError as exc:
+            for n in members:
+                _fail(results[n], exc)
+            continue
+        _run(items, members, group_cfg, results, report, progress)
     report.wall_s = time.perf_counter() - start
     if report_path is not None:
         report.write(report_path)
     return report
+
+
+def with_overrides(cfg: JobConfig, options: str) -> JobConfig:
+    """``cfg`` with an item's engine overrides (a JSON object) merged in."""
+    try:
+        overrides = json.loads(options or "{}")
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"item options are not valid JSON: {exc}") from exc
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"item options must be a JSON object, got {options!r}")
+    if not overrides:
+        return cfg
+    engine = _deep_merge(cfg.engine.model_dump(), overrides)
+    return JobConfig(engine=parse_config(engine, EngineConfig, source="item options"), pipeline=cfg.pipeline)
+
+
+def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def _fail(result: ItemResult, exc: BaseException | str) -> None:
@@ -215,7 +251,7 @@ def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: lis
     identities, source_of = _prepare_identities(items, todo, driver_engine, results)
     reference = load_reference(driver_engine)
     stand_ins = _stand_in_models(engine_cfg, driver_engine)
-    report.stand_in_models = stand_ins
+    report.stand_in_models = sorted(set(report.stand_in_models) | set(stand_ins))
 
     units: list[ReadUnit] = []
     videos: dict[int, _Video] = {}
@@ -251,6 +287,9 @@ def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: lis
     if pipeline.no_progress_timeout_s is not None:
         ctx.execution_no_progress_timeout_s = pipeline.no_progress_timeout_s  # type: ignore[attr-defined]
 
+    gpus_available = cluster_gpus() > 0
+    pipeline.check_fits(float(ray.cluster_resources().get("CPU", 0.0)), enhance=engine_cfg.enhance.enabled,
+                        gpus_available=gpus_available)
     targets = {n: VideoTarget(v.info.fps, v.info.width, v.info.height, str(v.work_dir)) for n, v in videos.items()}
     writer_cls = ray.remote(SegmentWriter).options(num_cpus=pipeline.writer_num_cpus)
     writers: list[Any] = [writer_cls.remote(targets, pipeline.encode_options) for _ in range(pipeline.writers)]  # type: ignore[attr-defined]
@@ -258,7 +297,7 @@ def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: lis
         (n, s.index): (s.start_frame, s.frame_count) for n, v in videos.items() for s in v.segments}
 
     ds = ray.data.read_datasource(FrameDatasource(units, pipeline.block_frames), num_cpus=pipeline.read_num_cpus)
-    ds = build_pipeline(ds, engine_cfg, pipeline, identities, reference=reference, gpus_available=cluster_gpus() > 0)
+    ds = build_pipeline(ds, engine_cfg, pipeline, identities, reference=reference, gpus_available=gpus_available)
     enc = pipeline.encode
     ds = ds.map_batches(EncodeStage, fn_constructor_args=(writers, segment_spans, images),
                         batch_size=enc.batch_size, num_cpus=enc.num_cpus, batch_format="numpy",
@@ -267,7 +306,8 @@ def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: lis
     ds = ds.drop_columns(["frame"])
 
     names = [*stage_names(engine_cfg), "encode"]
-    report.stages = {name: StageStats() for name in names}
+    for name in names:
+        report.stages.setdefault(name, StageStats())
     seen: dict[SegmentKey, int] = {}
     finishing: dict[Any, SegmentKey] = {}
     done_frames = 0
@@ -293,7 +333,7 @@ def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: lis
             shutil.rmtree(video.work_dir, ignore_errors=True)
         for writer in writers:
             ray.kill(writer)
-    report.frames = done_frames
+    report.frames += done_frames
     for n in images:
         if results[n].status == "pending":
             results[n].status = "done"

@@ -1,0 +1,61 @@
+"""``fusion-ray job``: many images and videos in one Ray Data job (manifest or batch patterns)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from fusion_ray.cli.common import add_engine_arguments, engine_config_from_args
+from fusion_ray.cli.video import ProgressPrinter, add_pipeline_arguments, job_config, print_summary
+from fusion_ray.errors import InputError
+
+REPORT_NAME = "fusion_ray_report.json"
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser(
+        "job", help="swap faces in many images and videos as one Ray Data job",
+        description="Items come from --manifest (CSV/Parquet: source, target, output[, options]) or from "
+                    "--source-pattern/--target-pattern/--output-pattern (every source x every target). "
+                    "Finished outputs are skipped, so re-running resumes a job.")
+    parser.add_argument("--manifest", type=Path, help="CSV or Parquet manifest")
+    parser.add_argument("--source-pattern", help="glob of source images, e.g. 'faces/*.jpg'")
+    parser.add_argument("--target-pattern", help="glob of targets, e.g. 'clips/*.mp4'")
+    parser.add_argument("--output-pattern", default="{source_name}-{target_name}.{target_extension}",
+                        help="output names: {index} {source_name} {target_name} {target_extension}")
+    parser.add_argument("--output-root", type=Path, default=Path("."),
+                        help="every output must be inside this folder (default: the current folder)")
+    parser.add_argument("--force", action="store_true", help="redo items whose output exists")
+    add_engine_arguments(parser)
+    add_pipeline_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fusion_ray.pipeline.job import run_job
+    from fusion_ray.pipeline.manifest import check_unique_outputs, expand_patterns, read_manifest
+    from fusion_ray.pipeline.runtime import connect
+
+    started = time.monotonic()
+    root = args.output_root
+    if not root.is_dir():
+        raise InputError(f"output root is not a folder: {root}")
+    if args.manifest and (args.source_pattern or args.target_pattern):
+        raise InputError("give either --manifest or the patterns, not both")
+    if args.manifest:
+        items = read_manifest(args.manifest, root)
+    elif args.source_pattern and args.target_pattern:
+        items = expand_patterns(args.source_pattern, args.target_pattern, args.output_pattern, root)
+    else:
+        raise InputError("give --manifest, or --source-pattern and --target-pattern")
+    check_unique_outputs(items)
+    cfg = job_config(args, engine_config_from_args(args))
+    report_path = args.report or root / REPORT_NAME
+    print(f"{len(items)} item(s); outputs under {root.resolve()}", file=sys.stderr)
+    connect(args.address)
+    report = run_job(items, cfg, output_root=root, force=args.force, progress=ProgressPrinter(),
+                     report_path=report_path)
+    print_summary(report, time.monotonic() - started, report_path)
+    return 0 if report.counts().get("failed", 0) == 0 else 1

@@ -1,0 +1,121 @@
+"""``fusion-ray serve`` (the online API on a local Ray) and ``fusion-ray serve-load`` (its load test)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from fusion_ray.cli.common import parse_model_paths
+from fusion_ray.errors import ConfigError
+
+DEFAULT_CONFIG = Path("configs/serve.yaml")
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("serve", help="run the HTTP API on Ray Serve",
+                            description="Start the fusion_ray Serve application (configs/serve.yaml) on a local "
+                            "Ray (or --address) and serve until interrupted.")
+    _common(parser)
+    parser.add_argument("--host", help="listen address (default: the config's http_options, else 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="listen port (default: the config's http_options, else 8000)")
+    parser.add_argument("--address", help="Ray cluster address to join (default: start a local Ray)")
+    parser.set_defaults(run=run_serve)
+
+    load = sub.add_parser("serve-load", help="bounded loopback load test of the HTTP API",
+                          description="Deploy the service on a local Ray, send a fixed number of swap requests "
+                          "at each concurrency, with batching on and off, and report latency percentiles and "
+                          "throughput next to the engine's in-process time.")
+    _common(load)
+    load.add_argument("--target", type=Path, required=True, help="target image")
+    load.add_argument("--source", type=Path, required=True, help="source face image")
+    load.add_argument("--requests", type=int, default=64, help="requests per concurrency level (default 64)")
+    load.add_argument("--concurrency", default="1,8,32", help="comma-separated concurrency levels (default 1,8,32)")
+    load.add_argument("--batch-sizes", default="8,1", help="swap batch sizes to compare; 1 = batching off")
+    load.add_argument("--time-limit", type=float, default=60.0, help="seconds per level before it stops sending")
+    load.add_argument("--format", choices=["png", "jpeg"], default="png", help="output format requested")
+    load.add_argument("--port", type=int, default=8137, help="loopback port for the service")
+    load.add_argument("--no-retry-after", action="store_true",
+                      help="do not wait Retry-After after a 503 before the next request")
+    load.set_defaults(run=run_load)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
+                        help=f"Serve config file (default: {DEFAULT_CONFIG})")
+    parser.add_argument("--models-dir", type=Path, help="model directory (overrides engine.models.models_dir)")
+    parser.add_argument("--model", action="append", default=[], metavar="NAME=PATH",
+                        help="use this file for model NAME (repeatable)")
+
+
+def app_args_from_cli(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(validated app args as JSON-ready data, the application entry, the whole Serve config)."""
+    from fusion_ray.serve.settings import find_application, parse_settings, read_serve_config
+
+    config = read_serve_config(args.config)
+    app = find_application(config, str(args.config))
+    data: dict[str, Any] = dict(app.get("args") or {})
+    if not isinstance(data, dict):
+        raise ConfigError(f"{args.config}: the application's args must be a mapping")
+    engine = dict(data.get("engine") or {})
+    models = dict(engine.get("models") or {})
+    if args.models_dir:
+        models["models_dir"] = str(args.models_dir)
+    if args.model:
+        models["paths"] = {**(models.get("paths") or {}), **{k: str(v) for k, v in parse_model_paths(args.model).items()}}
+    engine["models"] = models
+    data["engine"] = engine
+    settings = parse_settings(data, source=str(args.config))
+    return settings.model_dump(mode="json"), app, config
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import ray
+    from ray import serve
+
+    from fusion_ray.serve.app import build_app
+
+    app_args, app, config = app_args_from_cli(args)
+    http = dict(config.get("http_options") or {})
+    host = args.host or http.get("host") or "127.0.0.1"
+    port = args.port or int(http.get("port") or 8000)
+    name = app.get("name", "fusion_ray")
+    prefix = app.get("route_prefix", "/")
+    if not ray.is_initialized():
+        ray.init(address=args.address, include_dashboard=False)
+    serve.start(http_options={"host": host, "port": port})
+    print(f"starting {name} on http://{host}:{port}{prefix} (models load in the replicas)...", file=sys.stderr)
+    serve.run(build_app(app_args), name=name, route_prefix=prefix, blocking=False)
+    print(f"ready: http://{host}:{port}{prefix.rstrip('/')}/docs  (Ctrl-C stops it)", file=sys.stderr)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print("stopping...", file=sys.stderr)
+    finally:
+        serve.shutdown()
+    return 0
+
+
+def run_load(args: argparse.Namespace) -> int:
+    from fusion_ray.serve.load import LoadPlan, run_load_test
+
+    app_args, _, _ = app_args_from_cli(args)
+    try:
+        levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
+        batch_sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"--concurrency and --batch-sizes take comma-separated integers: {exc}") from exc
+    plan = LoadPlan(target=args.target, source=args.source, requests=args.requests, concurrency=levels,
+                    batch_sizes=batch_sizes, time_limit_s=args.time_limit, output_format=args.format,
+                    port=args.port, honour_retry_after=not args.no_retry_after)
+    print(f"load test: {args.requests} requests per level, concurrency {levels}, batch sizes {batch_sizes}, "
+          f"time limit {args.time_limit:g} s per level", file=sys.stderr)
+    report = run_load_test(app_args, plan, progress=lambda line: print(line, file=sys.stderr))
+    print(report.table())
+    if report.stand_in_models:
+        print(f"note: the service ran STAND-IN models ({', '.join(report.stand_in_models)}): outputs are not real "
+              "swaps; timings show the serving overhead, not the real models' cost", file=sys.stderr)
+    return 0

@@ -1,0 +1,97 @@
+"""Shared printing for Ray jobs: progress lines and the end-of-job summary (video swap and ``job``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from fusion_ray.config import EngineConfig
+from fusion_ray.errors import FusionRayError
+
+
+class ProgressPrinter:
+    """Prints frames done, frames/s and ETA to stderr at most twice a second."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int, report: object) -> None:
+        now = time.monotonic()
+        if now - self.last < 0.5 and done < total:
+            return
+        self.last = now
+        elapsed = now - self.start
+        rate = done / elapsed if elapsed > 0 else 0.0
+        eta = (total - done) / rate if rate > 0 else float("nan")
+        print(f"\rframes {done}/{total}  {rate:5.1f} frames/s  ETA {eta:5.0f} s ", end="", file=sys.stderr)
+        if done >= total:
+            print(file=sys.stderr)
+
+
+def print_summary(report, wall_s: float, report_path: Path | None) -> None:  # type: ignore[no-untyped-def]
+    """The end-of-job summary: items, frames/s, per-stage time and idle ratio."""
+    counts = report.counts()
+    print(f"items: {', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}", file=sys.stderr)
+    print(f"frames: {report.frames} in {wall_s:.1f} s (Ray start-up included): {report.frames / wall_s:.1f} frames/s",
+          file=sys.stderr)
+    print(f"{'stage':15} {'busy s':>8} {'idle s':>8} {'idle %':>7}", file=sys.stderr)
+    for name, stats in report.stages.items():
+        print(f"{name:15} {stats.busy_s:8.2f} {stats.idle_s:8.2f} {100 * stats.idle_ratio:6.1f}%", file=sys.stderr)
+    for item in report.items:
+        if item.status == "failed":
+            print(f"FAILED {item.target}: {item.error}", file=sys.stderr)
+        elif item.frames_failed:
+            print(f"note: {item.target}: {item.frames_failed} frame(s) failed and were passed through unchanged",
+                  file=sys.stderr)
+    if report.stand_in_models:
+        print(f"note: made with STAND-IN models ({', '.join(report.stand_in_models)}): not real swaps",
+              file=sys.stderr)
+    if report_path is not None:
+        print(f"report: {report_path}", file=sys.stderr)
+
+
+def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("pipeline (Ray)")
+    group.add_argument("--address", help="Ray cluster to join, e.g. auto or ray://head:10001 (default: local Ray)")
+    group.add_argument("--pipeline-config", type=Path, help="pipeline YAML (default: configs/pipeline.yaml defaults)")
+    group.add_argument("--report", type=Path, help="write the job report (JSON) here")
+    group.add_argument("--no-progress-bars", action="store_true", help="hide Ray Data's progress bars")
+
+
+def job_config(args: argparse.Namespace, engine: EngineConfig):  # type: ignore[no-untyped-def]
+    """The pipeline YAML (if any) with the command line's engine settings."""
+    from fusion_ray.pipeline.config import JobConfig, load_job_config
+
+    base = load_job_config(args.pipeline_config)
+    pipeline = base.pipeline
+    if args.no_progress_bars:
+        pipeline = pipeline.model_copy(update={"progress_bars": False})
+    return JobConfig(engine=engine, pipeline=pipeline)
+
+
+def run_video_swap(args: argparse.Namespace, engine: EngineConfig) -> int:
+    """``fusion-ray swap --target VIDEO``: a one-item Ray Data job."""
+    from fusion_ray.pipeline.job import JobItem, run_job
+    from fusion_ray.pipeline.runtime import connect
+
+    started = time.monotonic()
+    cfg = job_config(args, engine)
+    output = args.output
+    if output.suffix.lower() not in (".mp4", ".mov", ".m4v"):
+        raise FusionRayError(f"video outputs must be .mp4 or .mov, got {output}")
+    if output.exists() and not args.force:
+        raise FusionRayError(f"output exists: {output} (use --force to overwrite)")
+    connect(args.address)
+    report_path = args.report
+    report = run_job([JobItem(tuple(args.source), args.target, output)], cfg, force=args.force,
+                     progress=ProgressPrinter(), report_path=report_path)
+    wall = time.monotonic() - started
+    print_summary(report, wall, report_path)
+    item = report.items[0]
+    if item.status != "done":
+        raise FusionRayError(f"{args.target}: {item.error or item.status}")
+    print(f"wrote {output}", file=sys.stderr)
+    return 0
