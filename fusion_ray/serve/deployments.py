@@ -70,8 +70,9 @@ class DetectorDeployment:
         self.cfg: EngineConfig = settings.engine
         budget = settings.deployments.detector.threads_budget()
         self.base = DetectStage(self.cfg, cpu_budget=budget)
+        selection = self.cfg.selection
         self._views: dict[tuple[str, int], DetectStage] = {
-            (self.cfg.selection.mode, self.cfg.selection.index): self.base}
+            (selection.mode, selection.index if selection.mode == "index" else 0): self.base}
         spec = get_spec(self.cfg.models.embedder)
         assert spec.template is not None
         self.embed_template: str = spec.template
@@ -79,12 +80,12 @@ class DetectorDeployment:
         log.info("detector replica ready (cpu budget %s)", budget)
 
     def _stage(self, mode: str, index: int) -> DetectStage:
-        key = (mode, index)
+        key = (mode, index if mode == "index" else 0)
         stage = self._views.get(key)
         if stage is None:
             if len(self._views) >= MAX_SELECTION_VIEWS:
                 self._views = {k: v for k, v in self._views.items() if v is self.base}
-            cfg = self.cfg.model_copy(update={"selection": SelectionConfig(mode=mode, index=index)})  # type: ignore[arg-type]
+            cfg = self.cfg.model_copy(update={"selection": SelectionConfig(mode=mode, index=key[1])})  # type: ignore[arg-type]
             stage = _SharedDetectStage(Engine(cfg, detector=self.base.engine.detector,
                                               model_info=self.base.engine.model_info))
             self._views[key] = stage

@@ -380,3 +380,21 @@ def test_a_burst_gets_some_503s_the_rest_succeed_and_the_service_recovers(servic
     assert _wait_until(lambda: _inflight(service) == 0)
     assert swap(service, photos["biden"], source_id=obama_id).status_code == 200
 
+
+
+def test_the_load_client_against_the_service(service, images_dir):
+    """The load tool's client and /metrics reading, on a few requests (no timing asserted)."""
+    import asyncio
+
+    from fusion_ray.serve.load import LoadPlan, _drive
+
+    port = int(service.rsplit(":", 1)[1])
+    plan = LoadPlan(target=images_dir / "biden.jpg", source=images_dir / "obama.jpg", requests=4,
+                    concurrency=[2], batch_sizes=[4], time_limit_s=60, port=port, warmup=1)
+    plan.check()
+    lines: list[str] = []
+    rows = asyncio.run(_drive(plan, 4, TOKEN, lines.append))
+    assert len(rows) == 1 and rows[0].sent == 4 and rows[0].ok + rows[0].rejected == 4 and rows[0].failed == 0
+    assert rows[0].ok >= 1 and rows[0].p50_ms > 0 and rows[0].max_swap_batch >= 1
+    assert {"detect", "swap", "encode"} <= set(rows[0].stage_ms)
+    assert lines and "concurrency 2" in lines[0]
