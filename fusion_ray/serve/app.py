@@ -124,10 +124,12 @@ class IngressCore:
         self.metrics = MetricsRecorder()
         self.replica = uuid.uuid4().hex[:8]
         cfg = settings.engine
-        self.paste_plain = PasteStage(cfg.model_copy(update={"enhance": cfg.enhance.model_copy(update={"enabled": False})}))
+        budget = settings.deployments.ingress.threads_budget()  # also sizes OpenCV's thread pool
+        plain_cfg = cfg.model_copy(update={"enhance": cfg.enhance.model_copy(update={"enabled": False})})
         enhance_cfg: EngineConfig = cfg.model_copy(update={"enhance": cfg.enhance.model_copy(update={"enabled": True})})
-        self.paste_for_enhance = PasteStage(enhance_cfg)
-        self.paste_enhanced = PasteEnhancedStage(enhance_cfg)
+        self.paste_plain = PasteStage(plain_cfg, cpu_budget=budget)
+        self.paste_for_enhance = PasteStage(enhance_cfg, cpu_budget=budget)
+        self.paste_enhanced = PasteEnhancedStage(enhance_cfg, cpu_budget=budget)
         self._models: dict[str, ModelInfo] | None = None
         self._metadata: dict[bool, dict[str, str]] = {}
         self._last_flush = time.monotonic()

@@ -312,8 +312,10 @@ def test_backpressure_and_timeouts_map_to_503_and_504():
 
     from fusion_ray.serve.app import IngressCore
 
+    threads = cv2.getNumThreads()
     core = IngressCore(parse_settings({"limits": {"retry_after_s": 7, "stage_timeout_s": 0.05},
                                        "auth": {"token_env": None}}), None, None, None, None)
+    cv2.setNumThreads(threads)  # the ingress sizes OpenCV's pool for its replica; not for this process
 
     async def full():
         raise BackPressureError(num_queued_requests=4, max_queued_requests=4)
