@@ -347,6 +347,7 @@ class IngressCore:
                 timings["source"] = time.perf_counter() - start
 
         (loaded, found), (source_key, identity) = await _first_error_cancels(detect_target(), get_identity())
+        self.metrics.stage("detect_compute", float(found["compute_s"]))  # the detect stage minus the hop
         if found["error"]:
             raise ApiError(500, "stage_failed", f"detection failed: {found['error']}")
         stand_ins = await self.stand_ins(options.enhance)

@@ -32,6 +32,7 @@ from fusion_ray.models.enhancer import blend_crops
 from fusion_ray.models.registry import get_spec
 from fusion_ray.ops.align import align_face
 from fusion_ray.pipeline.stages import DetectStage, EnhanceStage, Stage, SwapStage, object_column
+from fusion_ray.serve.batching import AdaptiveWait
 from fusion_ray.serve.metrics import MetricsStore, Snapshot
 from fusion_ray.serve.settings import BatchSettings, ServeSettings
 from fusion_ray.serve.sources import SourceStore
@@ -47,6 +48,15 @@ def _configure_batching(method: Any, batch: BatchSettings) -> None:
     """Batch size and wait window of a ``@serve.batch`` method, from config (set per replica)."""
     method.set_max_batch_size(batch.max_batch_size)
     method.set_batch_wait_timeout_s(batch.batch_wait_timeout_s)
+
+
+def _adaptive(settings: ServeSettings, batch: BatchSettings) -> AdaptiveWait:
+    return AdaptiveWait(batch.batch_wait_timeout_s, enabled=settings.batching.adaptive_wait)
+
+
+def _set_wait(method: Any, wait_s: float) -> None:
+    if method._get_batch_wait_timeout_s() != wait_s:
+        method.set_batch_wait_timeout_s(wait_s)
 
 
 def _batch_record(requests: int, faces: int, seconds: float) -> dict[str, float]:
@@ -132,16 +142,22 @@ class SwapperDeployment:
         placeholder = SourceIdentity(embedding=None, latent=np.zeros(512, np.float32), crop=None, num_images=0)
         self.stage = SwapStage(cfg, {_PLACEHOLDER_ID: placeholder}, cpu_budget=budget)
         self.embedder_engine = Engine.load(cfg, components=["embedder"], cpu_budget=budget)
-        _configure_batching(self.swap, settings.batching.swap)  # type: ignore[misc]
-        _configure_batching(self.embed, settings.batching.embed)
+        _configure_batching(self._swap_batched, settings.batching.swap)  # type: ignore[misc]
+        _configure_batching(self._embed_batched, settings.batching.embed)
+        self.swap_wait = _adaptive(settings, settings.batching.swap)
+        self.embed_wait = _adaptive(settings, settings.batching.embed)
         log.info("swapper replica ready (cpu budget %s, swap batch %d)", budget,
                  settings.batching.swap.max_batch_size)
 
+    async def swap(self, crops: np.ndarray, identity: SourceIdentity, source_id: str) -> dict[str, Any]:
+        """One request: its (n, 128, 128, 3) crops, identity and source id -> swapped crops (batched)."""
+        _set_wait(self._swap_batched, self.swap_wait.arrival(time.monotonic()))  # type: ignore[misc]
+        return await self._swap_batched(crops, identity, source_id)  # type: ignore[misc,call-arg,arg-type,no-any-return]
+
     @serve.batch  # type: ignore[arg-type]
-    async def swap(  # type: ignore[misc]
+    async def _swap_batched(  # type: ignore[misc]
         self, crops: list[np.ndarray], identities: list[SourceIdentity], source_ids: list[str],
     ) -> list[dict[str, Any]]:
-        """One request: its (n, 128, 128, 3) crops, identity and source id -> swapped crops."""
         # The model call leaves the event loop free, so the next batch can gather meanwhile.
         return await asyncio.to_thread(self._swap_batch, crops, identities, source_ids)
 
@@ -160,9 +176,13 @@ class SwapperDeployment:
         results[0]["batch"] = _batch_record(len(crops), sum(len(c) for c in crops), elapsed)
         return results
 
+    async def embed(self, crops: np.ndarray) -> dict[str, Any]:
+        """One request: the (k, 112, 112, 3) embedder crops of its source images -> one identity (batched)."""
+        _set_wait(self._embed_batched, self.embed_wait.arrival(time.monotonic()))
+        return await self._embed_batched(crops)  # type: ignore[arg-type,no-any-return]
+
     @serve.batch
-    async def embed(self, crops: list[np.ndarray]) -> list[dict[str, Any]]:
-        """One request: the (k, 112, 112, 3) embedder crops of its source images -> one identity."""
+    async def _embed_batched(self, crops: list[np.ndarray]) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self._embed_batch, crops)
 
     def _embed_batch(self, crops: list[np.ndarray]) -> list[dict[str, Any]]:
@@ -201,11 +221,18 @@ class EnhancerDeployment:
         cfg = settings.engine.model_copy(update={"enhance": EnhanceConfig(enabled=True, blend=1.0)})
         budget = settings.deployments.enhancer.threads_budget()
         self.stage = EnhanceStage(cfg, cpu_budget=budget)
-        _configure_batching(self.enhance, settings.batching.enhance)  # type: ignore[misc]
+        _configure_batching(self._enhance_batched, settings.batching.enhance)  # type: ignore[misc]
+        self.enhance_wait = _adaptive(settings, settings.batching.enhance)
+
+    async def enhance(self, crops: np.ndarray, blend: float) -> dict[str, Any]:
+        """One request: its (n, 512, 512, 3) enhancer crops and blend -> enhanced, blended crops (batched)."""
+        _set_wait(self._enhance_batched, self.enhance_wait.arrival(time.monotonic()))  # type: ignore[misc]
+        return await self._enhance_batched(crops, blend)  # type: ignore[misc,call-arg,arg-type,no-any-return]
 
     @serve.batch  # type: ignore[arg-type]
-    async def enhance(self, crops: list[np.ndarray], blends: list[float]) -> list[dict[str, Any]]:  # type: ignore[misc]
-        """One request: its (n, 512, 512, 3) enhancer crops and blend -> enhanced, blended crops."""
+    async def _enhance_batched(  # type: ignore[misc]
+        self, crops: list[np.ndarray], blends: list[float],
+    ) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self._enhance_batch, crops, blends)
 
     def _enhance_batch(self, crops: list[np.ndarray], blends: list[float]) -> list[dict[str, Any]]:

@@ -41,6 +41,10 @@ class BatchingSettings(_Settings):
     swap: BatchSettings = BatchSettings()
     embed: BatchSettings = BatchSettings()
     enhance: BatchSettings = BatchSettings(max_batch_size=4)
+    adaptive_wait: bool = Field(
+        default=True,
+        description="Skip the wait window while requests arrive further apart than it (low load: no added "
+        "latency); under load the configured window applies.")
 
 
 class DeploymentSettings(_Settings):
@@ -170,13 +174,9 @@ class ServeSettings(_Settings):
 
     def with_batch_size(self, size: int) -> ServeSettings:
         """These settings with every batched method at ``size`` (1 = batching off)."""
-        batching = {
-            "swap": {**self.batching.swap.model_dump(), "max_batch_size": size},
-            "embed": {**self.batching.embed.model_dump(), "max_batch_size": size},
-            "enhance": {**self.batching.enhance.model_dump(), "max_batch_size": size},
-        }
         data = self.model_dump()
-        data["batching"] = batching
+        for name in ("swap", "embed", "enhance"):
+            data["batching"][name]["max_batch_size"] = size
         return parse_settings(data)
 
 

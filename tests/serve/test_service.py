@@ -55,7 +55,8 @@ def service(ray_cluster, models_config):
         # A long batch window makes batching under concurrent requests certain on a busy host.
         "batching": {"swap": {"max_batch_size": 4, "batch_wait_timeout_s": 0.25},
                      "embed": {"max_batch_size": 4, "batch_wait_timeout_s": 0.01},
-                     "enhance": {"max_batch_size": 2, "batch_wait_timeout_s": 0.01}},
+                     "enhance": {"max_batch_size": 2, "batch_wait_timeout_s": 0.01},
+                     "adaptive_wait": False},  # always wait: batching is then certain (policy: test_units)
         "deployments": {"ingress": {"num_cpus": 0.2, "max_ongoing_requests": 32, "max_queued_requests": 16},
                         "detector": {"num_cpus": 0.2, "max_ongoing_requests": 4, "max_queued_requests": 16},
                         "swapper": {"num_cpus": 0.2, "max_queued_requests": 16},
