@@ -85,10 +85,13 @@ class SegmentWriter:
         frames: queue.Queue[Any] = queue.Queue(maxsize=self.max_queue)
         state = _OpenSegment(path, start_frame, start_frame + frame_count, frames, threading.Thread())
 
+        ended = threading.Event()
+
         def feed() -> Iterator[np.ndarray]:
             while True:
                 frame = frames.get()
                 if frame is _END:
+                    ended.set()
                     return
                 yield frame
 
@@ -98,7 +101,7 @@ class SegmentWriter:
                                                height=target.height, options=self.options)
             except BaseException as exc:  # reported by finish()
                 state.error = exc
-                while frames.get() is not _END:  # drain so that producers never block
+                while not ended.is_set() and frames.get() is not _END:  # drain: producers never block
                     pass
 
         state.thread = threading.Thread(target=run, name=f"encode-{key}", daemon=True)

@@ -1,0 +1,80 @@
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from fusion_ray.errors import InputError
+from fusion_ray.pipeline.job import JobItem, confine
+from fusion_ray.pipeline.manifest import check_unique_outputs, expand_patterns, read_manifest
+
+
+def test_csv_manifest(tmp_path):
+    (tmp_path / "m.csv").write_text(
+        "source,target,output,options\n"
+        "a.jpg;b.jpg,clip.mp4,out/clip.mp4,\n"
+        '/abs/s.jpg,/abs/t.png,t.png,"{""selection"": {""mode"": ""largest""}}"\n')
+    items = read_manifest(tmp_path / "m.csv", tmp_path / "root")
+    assert items[0] == JobItem((tmp_path / "a.jpg", tmp_path / "b.jpg"), tmp_path / "clip.mp4",
+                               tmp_path / "root" / "out/clip.mp4", "{}")
+    assert json.loads(items[1].options) == {"selection": {"mode": "largest"}}
+    assert items[1].target.as_posix() == "/abs/t.png"
+
+
+def test_parquet_manifest(tmp_path):
+    pq.write_table(pa.table({"source": ["s.jpg"], "target": ["t.mp4"], "output": ["o.mp4"]}), tmp_path / "m.parquet")
+    (item,) = read_manifest(tmp_path / "m.parquet", tmp_path)
+    assert item.output == tmp_path / "o.mp4" and item.options == "{}"
+
+
+@pytest.mark.parametrize("content,message", [
+    ("source,target\na,b\n", "lacks column"),
+    ("source,target,output\n", "no rows"),
+    ("source,target,output\na,,o\n", "missing value"),
+    ("source,target,output,options\na,b,c,not json\n", "not valid JSON"),
+    ("source,target,output,options\na,b,c,[1]\n", "JSON object"),
+])
+def test_bad_manifests(tmp_path, content, message):
+    (tmp_path / "m.csv").write_text(content)
+    with pytest.raises(InputError, match=message):
+        read_manifest(tmp_path / "m.csv", tmp_path)
+
+
+def test_manifest_kind_and_presence(tmp_path):
+    with pytest.raises(InputError, match="file not found"):
+        read_manifest(tmp_path / "nope.csv", tmp_path)
+    (tmp_path / "m.txt").write_text("x")
+    with pytest.raises(InputError, match=".csv or .parquet"):
+        read_manifest(tmp_path / "m.txt", tmp_path)
+
+
+def test_patterns_are_a_cartesian_product(tmp_path):
+    for name in ("a.jpg", "b.jpg", "x.mp4", "y.png"):
+        (tmp_path / name).write_bytes(b"")
+    items = expand_patterns(str(tmp_path / "*.jpg"), str(tmp_path / "[xy].*"),
+                            "{index}-{source_name}-{target_name}.{target_extension}", tmp_path / "out")
+    assert [i.output.name for i in items] == ["0-a-x.mp4", "1-a-y.png", "2-b-x.mp4", "3-b-y.png"]
+    assert all(i.output.parent == tmp_path / "out" for i in items)
+
+
+def test_pattern_errors(tmp_path):
+    with pytest.raises(InputError, match="source pattern"):
+        expand_patterns(str(tmp_path / "*.jpg"), "*", "{target_name}", tmp_path)
+    (tmp_path / "a.jpg").write_bytes(b"")
+    with pytest.raises(InputError, match="placeholder"):
+        expand_patterns(str(tmp_path / "*.jpg"), str(tmp_path / "*.jpg"), "{nope}", tmp_path)
+    items = expand_patterns(str(tmp_path / "*.jpg"), str(tmp_path / "*.jpg"), "same.png", tmp_path)
+    check_unique_outputs(items)
+    with pytest.raises(InputError, match="two items write"):
+        check_unique_outputs(items * 2)
+
+
+@pytest.mark.parametrize("output,ok", [("a/b.mp4", True), ("../escape.mp4", False), ("a/../../x.mp4", False)])
+def test_outputs_are_confined_to_the_root(tmp_path, output, ok):
+    root = tmp_path / "root"
+    root.mkdir()
+    if ok:
+        assert confine(root / output, root).is_relative_to(root)
+    else:
+        with pytest.raises(InputError, match="outside the output root"):
+            confine(root / output, root)

@@ -1,0 +1,51 @@
+"""The segment writer, called directly (no Ray): re-ordering, completion, abort."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from fusion_ray.pipeline.writer import SegmentWriter, VideoTarget, segment_path, writer_for
+from fusion_ray.video import EncodeOptions, decode_all, probe
+
+
+def _frame(i):
+    frame = np.zeros((64, 96, 3), np.uint8)
+    frame[:, : 4 * (i + 1)] = 200  # a bar whose width encodes the index
+    return frame
+
+
+def test_out_of_order_frames_are_encoded_in_order(tmp_path):
+    writer = SegmentWriter({0: VideoTarget(Fraction(25), 96, 64, str(tmp_path))}, EncodeOptions(preset="ultrafast"))
+    order = [3, 0, 1, 5, 2, 4, 7, 6]
+    for i in order:
+        writer.push((0, 0), 0, 8, [i], [_frame(i)])
+    path, written = writer.finish((0, 0))
+    assert written == 8 and probe(path).frame_count == 8
+    widths = [int((f.frame[32, :, 0] > 100).sum()) for f in decode_all(path)]
+    assert widths == sorted(widths)
+
+
+def test_repeated_or_foreign_index_is_rejected(tmp_path):
+    writer = SegmentWriter({0: VideoTarget(Fraction(25), 96, 64, str(tmp_path))}, EncodeOptions())
+    writer.push((0, 1), 10, 4, [11], [_frame(1)])
+    with pytest.raises(ValueError, match="unexpected or repeated"):
+        writer.push((0, 1), 10, 4, [11], [_frame(1)])
+    with pytest.raises(ValueError, match="unexpected or repeated"):
+        writer.push((0, 1), 10, 4, [14], [_frame(4)])
+    writer.abort([(0, 1)])
+
+
+def test_incomplete_segment_cannot_finish_and_abort_cleans_up(tmp_path):
+    writer = SegmentWriter({0: VideoTarget(Fraction(25), 96, 64, str(tmp_path))}, EncodeOptions())
+    writer.push((0, 2), 0, 4, [0, 1], [_frame(0), _frame(1)])
+    with pytest.raises(RuntimeError, match="incomplete"):
+        writer.finish((0, 2))
+    writer.push((0, 3), 0, 4, [0], [_frame(0)])
+    writer.abort([(0, 3)])
+    assert not segment_path(str(tmp_path), (0, 3)).exists()
+
+
+def test_writer_choice_is_stable():
+    assert writer_for((3, 7), 4) == writer_for((3, 7), 4)
+    assert {writer_for((0, s), 3) for s in range(30)} == {0, 1, 2}
