@@ -1,0 +1,173 @@
+"""The Ray Data job end to end on 2 cores: generated clips from the shared photos (moving face,
+frames without a face, an audio track), a corrupt file and an image in one job; then a re-run."""
+
+import json
+from fractions import Fraction
+
+import cv2
+import numpy as np
+import pytest
+
+from fusion_ray.cli import main
+from fusion_ray.config import EngineConfig, RuntimeConfig
+from fusion_ray.engine import Engine
+from fusion_ray.errors import ConfigError
+from fusion_ray.imageio import read_image
+from fusion_ray.ops.align import align_face
+from fusion_ray.ops.paste import crop_roi
+from fusion_ray.pipeline.config import JobConfig, PipelineConfig, StageResources
+from fusion_ray.pipeline.job import JobItem, run_job
+from fusion_ray.video import EncodeOptions, decode_all, make_corrupt_video, make_test_video, probe
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+NO_FACE = (10, 11, 12, 30)
+FPS = Fraction(30000, 1001)
+
+
+@pytest.fixture(scope="module")
+def engine_cfg(models_config):
+    return EngineConfig(models=models_config, runtime=RuntimeConfig(providers=["cpu"]))
+
+
+@pytest.fixture(scope="module")
+def job_cfg(engine_cfg):
+    pipeline = PipelineConfig(segment_seconds=0.5, block_frames=8, progress_bars=False,
+                              encode_options=EncodeOptions(preset="ultrafast", crf=12), writers=2,
+                              no_progress_timeout_s=120)
+    return JobConfig(engine=engine_cfg, pipeline=pipeline)
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory, images_dir):
+    root = tmp_path_factory.mktemp("media")
+    obama = read_image(images_dir / "obama.jpg").frame
+    clip = make_test_video(root / "clip.mp4", face_image=obama, n_frames=48, fps=FPS, size_wh=(320, 180),
+                           no_face_frames=NO_FACE, gop=8)
+    clip2 = make_test_video(root / "clip2.mp4", face_image=obama, n_frames=20, fps=Fraction(25), size_wh=(256, 144),
+                            audio=False, gop=10, seed=3)
+    bad = make_corrupt_video(root / "broken.mp4")
+    image = root / "still.png"
+    cv2.imwrite(str(image), cv2.resize(obama, (320, 400)))
+    return {"clip": clip, "clip2": clip2, "bad": bad, "image": image, "source": images_dir / "biden.jpg"}
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory, media, job_cfg):
+    out = tmp_path_factory.mktemp("out")
+    source = (media["source"],)
+    items = [JobItem(source, media["clip"], out / "clip.mp4"),
+             JobItem(source, media["bad"], out / "broken.mp4"),
+             JobItem(source, media["clip2"], out / "clip2.mp4"),
+             JobItem(source, media["image"], out / "still.png")]
+    progress = []
+    report = run_job(items, job_cfg, output_root=out, progress=lambda d, t, r: progress.append((d, t)),
+                     report_path=out / "report.json")
+    return items, report, out, progress
+
+
+def test_good_items_finish_and_the_bad_one_is_reported(first_run):
+    items, report, out, _ = first_run
+    status = {item.target.split("/")[-1]: (item.status, item.error) for item in report.items}
+    assert status["clip.mp4"][0] == "done"
+    assert status["clip2.mp4"][0] == "done"
+    assert status["still.png"][0] == "done"
+    assert status["broken.mp4"][0] == "failed" and "broken.mp4" in status["broken.mp4"][1]
+    assert not (out / "broken.mp4").exists()
+    assert not list(out.glob("*.fusion_ray_parts")) and not list(out.glob(".*.part"))
+    saved = json.loads((out / "report.json").read_text())
+    assert saved["counts"] == {"done": 3, "failed": 1}
+    assert set(saved["stages"]) == {"detect", "swap", "paste", "encode"}
+    assert saved["stand_in_models"] == ["arcface_w600k_r50", "inswapper_128"]
+
+
+def test_frame_count_rate_and_audio_are_preserved(first_run, media):
+    _, _, out, _ = first_run
+    src, dst = probe(media["clip"]), probe(out / "clip.mp4")
+    assert dst.fps == src.fps == FPS
+    assert dst.frame_count == src.frame_count == 48
+    assert dst.has_audio and abs(dst.audio_duration_s - src.audio_duration_s) < 0.05
+    assert "STAND-IN" in dst.metadata.get("comment", "")
+    other = probe(out / "clip2.mp4")
+    assert other.frame_count == 20 and other.fps == Fraction(25) and not other.has_audio
+
+
+def _face_rois(engine, frame):
+    mask = np.zeros(frame.shape[:2], bool)
+    for face in engine.detect(frame):
+        _, affine = align_face(frame, face.landmarks_5, engine.swap_template, engine.swap_crop_size)
+        roi = crop_roi(affine, engine.swap_crop_size, frame.shape[:2], margin=4)
+        mask[roi.y0:roi.y1, roi.x0:roi.x1] = True
+    return mask
+
+
+def test_frames_are_swapped_in_order_and_only_in_face_regions(first_run, media, engine_cfg):
+    _, _, out, _ = first_run
+    engine = Engine.load(engine_cfg, cpu_budget=1)
+    identity = engine.prepare_source([read_image(media["source"]).frame])
+    source = [f.frame for f in decode_all(media["clip"])]
+    result = [f.frame for f in decode_all(out / "clip.mp4")]
+    assert len(result) == len(source)
+    for i in range(0, len(source), 3):
+        expected = engine.process_frame(source[i], identity).frame.astype(np.float32)
+        got = result[i].astype(np.float32)
+        err = float(np.mean((got - expected) ** 2))
+        # Frame i is the swap of source frame i (H.264 at CRF 12 adds a little noise) ...
+        assert 10 * np.log10(255**2 / max(err, 1e-6)) > 30, f"frame {i}"
+        if 0 < i < len(source) - 1 and i not in NO_FACE:
+            neighbour = engine.process_frame(source[i + 1], identity).frame.astype(np.float32)
+            assert err < float(np.mean((got - neighbour) ** 2)), f"frame {i} is closer to frame {i + 1}"
+        faces = _face_rois(engine, source[i])
+        diff = np.abs(got - source[i].astype(np.float32)).mean(axis=2)
+        assert diff[~faces].mean() < 3.0  # outside the faces: only coding noise
+        if i not in NO_FACE:
+            assert diff[faces].mean() > diff[~faces].mean() + 2.0  # inside: swapped
+
+
+def test_no_face_frames_pass_through(first_run, media):
+    _, report, out, _ = first_run
+    clip = next(i for i in report.items if i.target.endswith("/clip.mp4"))
+    assert clip.frames == 48 and clip.frames_failed == 0
+    assert clip.faces_swapped == 48 - len(NO_FACE)
+
+
+def test_image_items_and_progress(first_run):
+    _, report, out, progress = first_run
+    assert read_image(out / "still.png").frame.shape == (400, 320, 3)
+    assert progress and progress[-1][0] == progress[-1][1] == 48 + 20 + 1
+    assert [d for d, _ in progress] == sorted(d for d, _ in progress)
+
+
+def test_rerun_skips_finished_outputs(first_run, job_cfg):
+    items, _, out, _ = first_run
+    before = {p: p.stat().st_mtime_ns for p in out.iterdir()}
+    report = run_job(items, job_cfg, output_root=out)
+    assert [i.status for i in report.items] == ["skipped", "failed", "skipped", "skipped"]
+    assert all(before[p] == p.stat().st_mtime_ns for p in before)
+
+
+def test_outputs_outside_the_root_are_refused(media, job_cfg, tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    report = run_job([JobItem((media["source"],), media["image"], tmp_path / "escape.png")], job_cfg, output_root=root)
+    assert report.items[0].status == "failed" and "outside the output root" in report.items[0].error
+    assert not (tmp_path / "escape.png").exists()
+
+
+def test_a_pipeline_that_cannot_fit_is_refused(media, job_cfg, tmp_path):
+    greedy = job_cfg.pipeline.model_copy(update={"detect": StageResources(num_cpus=1.0, min_actors=2, max_actors=2)})
+    with pytest.raises(ConfigError, match="deadlock"):
+        run_job([JobItem((media["source"],), media["clip2"], tmp_path / "x.mp4")],
+                JobConfig(engine=job_cfg.engine, pipeline=greedy))
+
+
+def test_video_swap_command(media, tmp_path, standin_dir, scrfd_path, capsys):
+    out = tmp_path / "swapped.mp4"
+    code = main(["swap", "-s", str(media["source"]), "-t", str(media["clip2"]), "-o", str(out),
+                 "--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu",
+                 "--no-progress-bars", "--report", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "frames/s" in err and "idle %" in err and "detect" in err
+    assert probe(out).frame_count == 20
+    assert json.loads((tmp_path / "r.json").read_text())["counts"] == {"done": 1}
