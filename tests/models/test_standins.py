@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -281,24 +280,7 @@ def test_cost_faithful_arcface_runs_close_to_light(tmp_path: Path) -> None:
 
 
 def test_light_models_are_cheap(tmp_path: Path) -> None:
-    start = time.perf_counter()
+    """Light stand-ins must stay cheap enough for the test suite: checked analytically, not timed."""
     paths = build_all_standins(tmp_path)
-    assert time.perf_counter() - start < 2.0
-    rng = np.random.default_rng(4)
-    feeds = {
-        "arcface_w600k_r50": {"input.1": rng.uniform(-1, 1, (8, 3, 112, 112)).astype(np.float32)},
-        "inswapper_128": {"target": rng.uniform(0, 1, (1, 3, 128, 128)).astype(np.float32),
-                          "source": unit_rows(rng, 1)},
-        "gfpgan_1.4": {"input": rng.uniform(-1, 1, (1, 3, 512, 512)).astype(np.float32)},
-    }
-    # Generous bounds (measured: ~0.1 ms for 8 faces, ~0.3 ms, ~2 ms on one thread).
-    limits_ms = {"arcface_w600k_r50": 8 * 5.0, "inswapper_128": 10.0, "gfpgan_1.4": 60.0}
     for name, path in paths.items():
-        sess = session(path)
-        sess.run(None, feeds[name])
-        times = []
-        for _ in range(5):
-            start = time.perf_counter()
-            sess.run(None, feeds[name])
-            times.append(time.perf_counter() - start)
-        assert 1e3 * float(np.median(times)) < limits_ms[name], name
+        assert graph_gflops(path) < 0.05 * REAL_MODEL_GFLOPS[name], name
