@@ -132,3 +132,23 @@ def test_detector_is_not_picklable(detector):
 
     with pytest.raises(TypeError, match="cannot be pickled"):
         pickle.dumps(detector)
+
+
+def test_fixed_size_export_uses_its_own_canvas(scrfd_path, images_dir, tmp_path):
+    """An export with a fixed 1x3x640x640 input: the detector plans its canvas from the model."""
+    import onnx
+
+    model = onnx.load(str(scrfd_path))
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[2].ClearField("dim_param")
+    dims[3].ClearField("dim_param")
+    dims[2].dim_value = dims[3].dim_value = 640
+    fixed = tmp_path / "scrfd_fixed.onnx"
+    onnx.save(model, str(fixed))
+    session, _ = create_session(fixed, RuntimeConfig(providers=["cpu"]), cpu_budget=1)
+    detector = ScrfdDetector(session, get_spec("scrfd_2.5g"), DetectorConfig(canvas="fit"))
+    assert detector.model_hw == (640, 640)
+    frame = read_image(images_dir / "obama_and_biden.jpg").frame
+    blob, plan = detector.preprocess(frame)
+    assert blob.shape == (1, 3, 640, 640) and plan.canvas_hw == (640, 640)
+    assert len(detector.detect(frame)) == 3

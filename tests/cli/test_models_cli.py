@@ -1,0 +1,51 @@
+"""`fusion-ray models`: list, verify, make-standins, make-dynamic (download is tested in tests/models)."""
+
+import pytest
+
+from fusion_ray.cli import main
+from fusion_ray.models.standins import is_stand_in
+
+
+def test_make_standins_then_list_and_verify(tmp_path, capsys):
+    assert main(["models", "make-standins", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("STAND-IN") == 3
+    assert is_stand_in(tmp_path / "inswapper_128.onnx")
+    assert main(["models", "--models-dir", str(tmp_path), "list"]) == 0
+    listing = capsys.readouterr().out
+    assert "inswapper_128" in listing and "missing" in listing  # gfpgan etc. present, scrfd missing
+    assert main(["models", "--models-dir", str(tmp_path), "verify", "inswapper_128"]) == 0
+    assert "verified" in capsys.readouterr().out
+    (tmp_path / "inswapper_128.onnx").write_bytes(b"tampered")
+    assert main(["models", "--models-dir", str(tmp_path), "verify", "inswapper_128"]) == 4
+    assert "FAILED" in capsys.readouterr().err
+
+
+def test_verify_with_nothing_present(tmp_path, capsys):
+    assert main(["models", "--models-dir", str(tmp_path), "verify"]) == 4
+    assert "no model files" in capsys.readouterr().err
+
+
+def test_download_needs_licence_acceptance_off_a_terminal(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False)
+    assert main(["models", "--models-dir", str(tmp_path), "download", "gfpgan_1.4"]) == 2
+    err = capsys.readouterr().err
+    assert "Apache-2.0" in err and "--accept-licences" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_make_dynamic_command(tmp_path, capsys):
+    assert main(["models", "make-standins", str(tmp_path)]) == 0
+    capsys.readouterr()
+    dst = tmp_path / "inswapper_dynamic.onnx"
+    assert main(["models", "make-dynamic", str(tmp_path / "inswapper_128.onnx"), str(dst)]) == 0
+    assert "max abs diff" in capsys.readouterr().out
+    assert dst.is_file()
+    assert main(["models", "make-dynamic", str(dst), str(tmp_path / "again.onnx")]) == 0
+    assert "already has a dynamic batch" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["models", "download", "nope", "--accept-licences"]])
+def test_unknown_model_is_a_clear_error(argv, capsys, tmp_path):
+    assert main(["models", "--models-dir", str(tmp_path), *argv[1:]]) == 4
+    assert "nope" in capsys.readouterr().err
