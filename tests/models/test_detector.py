@@ -4,7 +4,14 @@ import pytest
 from fusion_ray.config import DetectorConfig, EngineConfig, RuntimeConfig
 from fusion_ray.errors import ModelError
 from fusion_ray.imageio import read_image
-from fusion_ray.models.detector import STRIDES, ScrfdDetector, anchor_centers, decode_scrfd, nms, plan_input
+from fusion_ray.models.detector import (
+    STRIDES,
+    ScrfdDetector,
+    anchor_centers,
+    decode_scrfd,
+    nms,
+    plan_input,
+)
 from fusion_ray.models.registry import get_spec
 from fusion_ray.models.session import create_session
 
