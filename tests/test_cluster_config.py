@@ -2,6 +2,7 @@
 
 import copy
 
+import jsonschema
 import pytest
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
@@ -37,5 +38,5 @@ def test_setup_installs_this_project(cluster):
 def test_ray_rejects_a_broken_copy(cluster):
     broken = copy.deepcopy(cluster)
     broken["available_node_types"]["worker.gpu"]["bogus_key"] = 1
-    with pytest.raises(Exception):
+    with pytest.raises(jsonschema.ValidationError, match="bogus_key"):
         validate_config(prepare_config(broken))
