@@ -6,9 +6,7 @@ write when the output format supports it.
 
 from __future__ import annotations
 
-import os
 import struct
-import tempfile
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,6 +16,7 @@ import cv2
 import numpy as np
 
 from fusion_ray.errors import InputError, OutputExistsError
+from fusion_ray.fsutil import atomic_write_bytes
 from fusion_ray.types import Frame
 
 DEFAULT_MAX_PIXELS = 100_000_000
@@ -188,11 +187,4 @@ def write_bytes_atomic(path: Path, data: bytes, *, force: bool = False) -> None:
     path = Path(path)
     if path.exists() and not force:
         raise OutputExistsError(f"output exists: {path} (use --force to overwrite)")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, data)

@@ -10,6 +10,7 @@ import onnxruntime as ort
 
 from fusion_ray.errors import ModelError
 from fusion_ray.models.registry import ModelSpec
+from fusion_ray.models.session import NotPicklable, is_stand_in
 
 FloatArray = npt.NDArray[np.float32]
 
@@ -60,3 +61,33 @@ def input_by_rank(session: ort.InferenceSession, rank: int, preferred: str, mode
         raise ModelError(f"{model}: expected an input named {preferred!r} (rank {rank}), "
                          f"got {[(i.name, i.shape) for i in inputs]}")
     return matches[0]
+
+
+class CropModel(NotPicklable):
+    """Base of the wrappers over aligned square crops (embedder, swapper, enhancer).
+
+    Reads the template and crop size from the registry spec, the output name and the
+    stand-in label from the session, and finds the (N, 3, S, S) image input.
+    """
+
+    def __init__(self, session: ort.InferenceSession, spec: ModelSpec, *, image_input: str | None = None) -> None:
+        if spec.template is None:
+            raise ModelError(f"{spec.name}: the registry gives no alignment template")
+        self.session = session
+        self.spec = spec
+        self.template: str = spec.template
+        self.crop_size = spec.crop_size
+        inputs = session.get_inputs()
+        if image_input is None:
+            if len(inputs) != 1:
+                raise ModelError(f"{spec.name}: expected one input, got {[(i.name, i.shape) for i in inputs]}")
+            self.image_input = inputs[0]
+        else:
+            self.image_input = input_by_rank(session, 4, image_input, spec.name)
+        expected = [3, spec.crop_size, spec.crop_size]
+        if len(self.image_input.shape) != 4 or list(self.image_input.shape[1:]) != expected:
+            raise ModelError(f"{spec.name}: expected an image input of shape (N, {', '.join(map(str, expected))}), "
+                             f"got {self.image_input.name} {self.image_input.shape}")
+        self.batch = fixed_batch(self.image_input)
+        self.output_name = session.get_outputs()[0].name
+        self.stand_in = is_stand_in(session)

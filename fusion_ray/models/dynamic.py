@@ -18,9 +18,6 @@ The destination appears only once the proof has passed (temp file in the same fo
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +27,7 @@ import onnx
 import onnxruntime as ort
 
 from fusion_ray.errors import ModelError
+from fusion_ray.fsutil import atomic_path
 
 BATCH_DIM = "batch"
 #: Metadata key set to "true" on rewritten models (provenance; not a stand-in label).
@@ -110,19 +108,11 @@ def make_batch_dynamic(src: Path, dst: Path, *, check_batch: int = 4, atol: floa
     new_inputs, new_outputs = _shapes(inputs), _shapes(outputs)
 
     dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(model.SerializeToString())
+    with atomic_path(dst) as tmp:
+        tmp.write_bytes(model.SerializeToString())
         del model, graph, inputs, outputs  # free the proto before the sessions load the weights
         max_diff = _prove(src, tmp, per_call_batch, check_batch=check_batch, atol=atol, seed=seed,
                           threads=threads, input_shapes=input_shapes or {})
-        os.replace(tmp, dst)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
     return DynamicReport(src=src, dst=dst, inputs=new_inputs, outputs=new_outputs,
                          max_abs_diff=max_diff, check_batch=check_batch, already_dynamic=False)
 

@@ -7,10 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import onnxruntime as ort
 
-from fusion_ray.errors import ModelError
-from fusion_ray.models.common import FloatArray, crops_to_blob, fixed_batch, run_in_batches
+from fusion_ray.models.common import CropModel, FloatArray, crops_to_blob, run_in_batches
 from fusion_ray.models.registry import ModelSpec
-from fusion_ray.models.session import NotPicklable, is_stand_in
 from fusion_ray.ops.align import align_face
 from fusion_ray.types import AffineMatrix, Crop, Face, Frame
 
@@ -21,24 +19,11 @@ def l2_normalise(vectors: np.ndarray) -> FloatArray:
     return (vectors / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
-class ArcFaceEmbedder(NotPicklable):
+class ArcFaceEmbedder(CropModel):
     """Batched ArcFace embedder; batches of any size when the export's batch dim is dynamic."""
 
     def __init__(self, session: ort.InferenceSession, spec: ModelSpec) -> None:
-        if spec.template is None:
-            raise ModelError(f"{spec.name}: the registry gives no alignment template")
-        self.session = session
-        self.spec = spec
-        self.template: str = spec.template
-        self.crop_size = spec.crop_size
-        inputs = session.get_inputs()
-        if len(inputs) != 1 or list(inputs[0].shape[1:]) != [3, spec.crop_size, spec.crop_size]:
-            raise ModelError(f"{spec.name}: expected one input of shape (N, 3, {spec.crop_size}, "
-                             f"{spec.crop_size}), got {[(i.name, i.shape) for i in inputs]}")
-        self.input_name = inputs[0].name
-        self.batch = fixed_batch(inputs[0])
-        self.output_name = session.get_outputs()[0].name
-        self.stand_in = is_stand_in(session)
+        super().__init__(session, spec)
 
     def align(self, frame: Frame, faces: Sequence[Face]) -> tuple[np.ndarray, list[AffineMatrix]]:
         """Aligned crops (N, 112, 112, 3) and their matrices."""
@@ -53,7 +38,7 @@ class ArcFaceEmbedder(NotPicklable):
         blob = crops_to_blob(crops, self.spec)
 
         def run(part: slice) -> np.ndarray:
-            return np.asarray(self.session.run([self.output_name], {self.input_name: blob[part]})[0])
+            return np.asarray(self.session.run([self.output_name], {self.image_input.name: blob[part]})[0])
 
         return l2_normalise(run_in_batches(len(blob), self.batch, run).reshape(len(blob), -1))
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 
-from fusion_ray.errors import ModelError
-from fusion_ray.models.common import blob_to_crops, crops_to_blob, fixed_batch, run_in_batches
+from fusion_ray.models.common import CropModel, blob_to_crops, crops_to_blob, run_in_batches
 from fusion_ray.models.registry import ModelSpec
-from fusion_ray.models.session import NotPicklable, is_stand_in
 
 
 def blend_crops(original: np.ndarray, enhanced: np.ndarray, ratio: float) -> np.ndarray:
@@ -19,24 +17,11 @@ def blend_crops(original: np.ndarray, enhanced: np.ndarray, ratio: float) -> np.
     return np.clip(np.rint(mixed), 0, 255).astype(np.uint8)
 
 
-class GfpganEnhancer(NotPicklable):
+class GfpganEnhancer(CropModel):
     """The GFPGAN 1.4 enhancer; batched when the export's batch dimension is dynamic."""
 
     def __init__(self, session: ort.InferenceSession, spec: ModelSpec) -> None:
-        if spec.template is None:
-            raise ModelError(f"{spec.name}: the registry gives no alignment template")
-        self.session = session
-        self.spec = spec
-        self.template: str = spec.template
-        self.crop_size = spec.crop_size
-        inputs = session.get_inputs()
-        if len(inputs) != 1 or list(inputs[0].shape[1:]) != [3, spec.crop_size, spec.crop_size]:
-            raise ModelError(f"{spec.name}: expected one input (N, 3, {spec.crop_size}, {spec.crop_size}), "
-                             f"got {[(i.name, i.shape) for i in inputs]}")
-        self.input_name = inputs[0].name
-        self.batch = fixed_batch(inputs[0])
-        self.output_name = session.get_outputs()[0].name
-        self.stand_in = is_stand_in(session)
+        super().__init__(session, spec)
 
     def enhance(self, crops: np.ndarray, blend: float) -> np.ndarray:
         """(N, 512, 512, 3) BGR crops -> enhanced crops, ``blend`` of the enhanced over the original."""
@@ -45,7 +30,7 @@ class GfpganEnhancer(NotPicklable):
         blob = crops_to_blob(crops, self.spec)
 
         def run(part: slice) -> np.ndarray:
-            return np.asarray(self.session.run([self.output_name], {self.input_name: blob[part]})[0])
+            return np.asarray(self.session.run([self.output_name], {self.image_input.name: blob[part]})[0])
 
         enhanced = blob_to_crops(run_in_batches(len(blob), self.batch, run), self.spec, (-1.0, 1.0))
         return blend_crops(crops, enhanced, blend)

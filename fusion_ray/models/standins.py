@@ -64,10 +64,8 @@ shapes; the cost-faithful stand-ins land within a few percent of the figures abo
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -77,6 +75,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from fusion_ray.errors import ModelError
+from fusion_ray.fsutil import atomic_write_bytes
 
 STANDIN_NAMES: tuple[str, ...] = ("arcface_w600k_r50", "inswapper_128", "gfpgan_1.4")
 VARIANTS: tuple[str, ...] = ("light", "cost_faithful")
@@ -449,7 +448,7 @@ def build_standin(name: str, path: Path, *, variant: str = "light", seed: int = 
     """Write the stand-in for ``name`` to ``path`` atomically (temp file + ``os.replace``)."""
     model = make_standin(name, variant=variant, seed=seed)
     path = Path(path)
-    _atomic_write_bytes(path, model.SerializeToString())
+    atomic_write_bytes(path, model.SerializeToString())
     return path
 
 
@@ -579,19 +578,6 @@ def _static_shape(info: onnx.ValueInfoProto) -> tuple[int, ...] | None:
 # --------------------------------------------------------------------------------------------
 # File helpers
 # --------------------------------------------------------------------------------------------
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise
 
 
 class _WireError(Exception):

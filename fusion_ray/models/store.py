@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 import urllib.error
 import urllib.request
 import zlib
@@ -43,6 +42,7 @@ from typing import Any, Literal
 
 from fusion_ray import __version__
 from fusion_ray.errors import DownloadError, ModelError, ModelIntegrityError, ModelMissingError
+from fusion_ray.fsutil import atomic_write_bytes
 from fusion_ray.models.registry import ModelSpec, all_specs, get_spec
 
 logger = logging.getLogger(__name__)
@@ -171,17 +171,7 @@ class HashRecord:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it into place."""
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, text.encode("utf-8"), fsync=True)
 
 
 def _write_record(path: Path, source: RecordSource, sha256: str) -> None:

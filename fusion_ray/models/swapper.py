@@ -17,16 +17,15 @@ from onnx import numpy_helper
 
 from fusion_ray.errors import ModelError
 from fusion_ray.models.common import (
+    CropModel,
     FloatArray,
     blob_to_crops,
     crops_to_blob,
-    fixed_batch,
     input_by_rank,
     run_in_batches,
 )
 from fusion_ray.models.embedder import l2_normalise
 from fusion_ray.models.registry import ModelSpec
-from fusion_ray.models.session import NotPicklable, is_stand_in
 
 
 def read_emap(model_path: Path) -> FloatArray:
@@ -43,27 +42,15 @@ def read_emap(model_path: Path) -> FloatArray:
     return emap
 
 
-class InswapperSwapper(NotPicklable):
+class InswapperSwapper(CropModel):
     """The inswapper_128 face swapper."""
 
     kind = "inswapper"
 
     def __init__(self, session: ort.InferenceSession, spec: ModelSpec, emap: FloatArray) -> None:
-        if spec.template is None:
-            raise ModelError(f"{spec.name}: the registry gives no alignment template")
-        self.session = session
-        self.spec = spec
-        self.template: str = spec.template
-        self.crop_size = spec.crop_size
+        super().__init__(session, spec, image_input="target")
         self.emap = emap
-        self.target_input = input_by_rank(session, 4, "target", spec.name)
         self.source_input = input_by_rank(session, 2, "source", spec.name)
-        if list(self.target_input.shape[1:]) != [3, spec.crop_size, spec.crop_size]:
-            raise ModelError(f"{spec.name}: expected target input (N, 3, {spec.crop_size}, {spec.crop_size}), "
-                             f"got {self.target_input.shape}")
-        self.batch = fixed_batch(self.target_input)
-        self.output_name = session.get_outputs()[0].name
-        self.stand_in = is_stand_in(session)
 
     def latent(self, embedding: np.ndarray) -> FloatArray:
         """Source latent (512,) from a source embedding (normalised first)."""
@@ -83,7 +70,7 @@ class InswapperSwapper(NotPicklable):
         latent_rows = np.ascontiguousarray(latent_rows)
 
         def run(part: slice) -> np.ndarray:
-            feeds = {self.target_input.name: blob[part], self.source_input.name: latent_rows[part]}
+            feeds = {self.image_input.name: blob[part], self.source_input.name: latent_rows[part]}
             return np.asarray(self.session.run([self.output_name], feeds)[0])
 
         return blob_to_crops(run_in_batches(len(blob), self.batch, run), self.spec, (0.0, 1.0))

@@ -24,6 +24,7 @@ from fusion_ray import __version__
 from fusion_ray.config import EngineConfig, parse_config
 from fusion_ray.engine import Engine
 from fusion_ray.errors import ConfigError, FusionRayError, InputError
+from fusion_ray.fsutil import atomic_write_bytes
 from fusion_ray.image import load_reference, metadata_for
 from fusion_ray.imageio import read_image
 from fusion_ray.pipeline.build import build_pipeline, cluster_gpus
@@ -123,9 +124,7 @@ class JobReport:
         }
 
     def write(self, path: Path) -> None:
-        tmp = path.with_name(f".{path.name}.part")
-        tmp.write_text(json.dumps(self.to_json(), indent=2))
-        tmp.replace(path)
+        atomic_write_bytes(path, json.dumps(self.to_json(), indent=2).encode())
 
 
 @dataclass

@@ -11,12 +11,9 @@ form the final MP4 needs, so the join is a pure copy with shifted timestamps.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import heapq
 import logging
-import os
-import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -28,6 +25,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from fusion_ray.errors import VideoError
+from fusion_ray.fsutil import atomic_path
 from fusion_ray.video.probe import open_input
 
 logger = logging.getLogger(__name__)
@@ -91,21 +89,6 @@ def resolve_codec(options: EncodeOptions) -> tuple[str, dict[str, str]]:
     return options.codec, {}
 
 
-@contextlib.contextmanager
-def _atomic_output(out_path: Path) -> Iterator[Path]:
-    """A temporary path beside out_path, renamed onto it on success and removed on failure."""
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    # A unique name (not mkstemp, whose 0600 mode would survive the rename): FFmpeg creates
-    # the file with the usual umask-based permissions.
-    tmp = out_path.parent / f".{out_path.name}.{uuid.uuid4().hex[:12]}.part"
-    try:
-        yield tmp
-        os.replace(tmp, out_path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-
-
 def _format_for(path: Path) -> str:
     return _FORMATS.get(path.suffix.lower(), "mp4")
 
@@ -132,7 +115,7 @@ def encode_segment(
     codec, codec_options = resolve_codec(options)
     written = 0
     try:
-        with _atomic_output(out_path) as tmp, av.open(
+        with atomic_path(out_path) as tmp, av.open(
             str(tmp), mode="w", format=_format_for(out_path)
         ) as out:
             stream: Any = out.add_stream(codec, rate=fps, options=codec_options)
@@ -328,7 +311,7 @@ def join_segments(
     audio_in: Any = None
     try:
         template = first.streams.video[0]
-        with _atomic_output(out_path) as tmp, av.open(
+        with atomic_path(out_path) as tmp, av.open(
             str(tmp), mode="w", format="mov" if out_path.suffix.lower() == ".mov" else "mp4",
             container_options={"movflags": "+faststart"},
         ) as out:
