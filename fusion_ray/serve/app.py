@@ -277,7 +277,9 @@ class IngressCore:
                 raise ApiError(422, "no_face_in_source", f"no face found in {name}")
             return crop  # type: ignore[no-any-return]
 
-        crops = await _first_error_cancels(*(one(i, p, h) for i, (p, h) in enumerate(zip(parts, headers, strict=True))))
+        # One source image at a time: at most one decoded source frame per request is alive, which
+        # keeps the memory bound of limits.max_inflight (sources are rare next to swaps).
+        crops = [await one(i, p, h) for i, (p, h) in enumerate(zip(parts, headers, strict=True))]
         result = await self.call("embed", lambda: self.swapper.embed.remote(np.stack(crops)))
         self.record_batch("embedder", result)
         return result["identity"]  # type: ignore[no-any-return]

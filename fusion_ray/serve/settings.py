@@ -95,7 +95,8 @@ class LimitsSettings(_Settings):
     max_inflight: int = Field(
         default=16, ge=1,
         description="Requests the ingress works on at once, per replica; more get 503 with Retry-After. "
-        "Memory per replica is bounded by about max_inflight x (max_body_bytes + 4 x 3 x max_pixels).")
+        "Memory per ingress replica stays below about max_inflight x (2 x max_body_bytes + 6 x 3 x max_pixels) "
+        "bytes (the body and its parts, and the decoded frames a request holds at once).")
     retry_after_s: int = Field(default=1, ge=0, description="Retry-After (seconds) sent with 503 answers.")
     stage_timeout_s: float = Field(default=60.0, gt=0.0, description="Longest wait for one downstream stage (504).")
 
