@@ -123,11 +123,13 @@ def _dynamic_copy(work_dir: Path, name: str, src: Path, threads: int) -> Path:
 
 
 def prepare_models(cfg: EngineConfig, *, standins: Variant, work_dir: Path, batch_dynamic: bool = True,
-                   detector_fallback: Path | None = None, threads: int | None = None) -> BenchModels:
+                   detector_fallback: Path | None = None, threads: int | None = None,
+                   need_detector: bool = True) -> BenchModels:
     """Resolve (and where needed generate) the detector, embedder, swapper and enhancer files.
 
-    Raises ModelMissingError when the detector is absent (no stand-in exists for it) and
-    ``detector_fallback`` is not a file either.
+    Raises ModelMissingError when the detector is needed but absent (no stand-in exists for
+    it) and ``detector_fallback`` is not a file either; when it is not needed (a sweep only),
+    an absent detector is left out.
     """
     if standins not in ("light", "cost_faithful"):
         raise ValueError(f"standins: expected 'light' or 'cost_faithful', got {standins!r}")
@@ -145,6 +147,8 @@ def prepare_models(cfg: EngineConfig, *, standins: Variant, work_dir: Path, batc
             if role == "detector":
                 if detector_fallback is not None and detector_fallback.is_file():
                     path = detector_fallback
+                elif not need_detector:
+                    continue
                 else:
                     raise ModelMissingError(
                         f"the detector {name} is not at {path} and has no stand-in: pass "

@@ -16,7 +16,7 @@ from fusion_ray.bench.models import BenchModels, Variant, prepare_models
 from fusion_ray.bench.pipeline import run_pipeline
 from fusion_ray.bench.report import BenchReport, VideoSpec
 from fusion_ray.bench.serial import Canvas, run_serial
-from fusion_ray.bench.sweep import DEFAULT_BATCHES, run_sweep
+from fusion_ray.bench.sweep import DEFAULT_BATCHES, SWEEP_ROLES, run_sweep
 from fusion_ray.config import EngineConfig
 from fusion_ray.errors import InputError
 from fusion_ray.imageio import read_image
@@ -68,6 +68,7 @@ class BenchOptions:
     sweep_warmup: int = 1
     sweep_caps: Mapping[str, int] = field(default_factory=dict)
     sweep_threads: int | None = None
+    sweep_roles: tuple[str, ...] = SWEEP_ROLES
     memory_interval_s: float = 0.25
     command: str = "fusion-ray bench"
 
@@ -128,7 +129,8 @@ def prepare(options: BenchOptions) -> tuple[BenchModels, tuple[Path, ...], Path 
     options.work_dir.mkdir(parents=True, exist_ok=True)
     sources, face, detector = resolve_inputs(options)
     models = prepare_models(options.engine, standins=options.standins, work_dir=options.work_dir,
-                            batch_dynamic=options.batch_dynamic, detector_fallback=detector)
+                            batch_dynamic=options.batch_dynamic, detector_fallback=detector,
+                            need_detector=any(part in options.parts for part in ("serial", "pipeline")))
     return models, sources, face
 
 
@@ -163,7 +165,7 @@ def run_bench(options: BenchOptions, progress: Progress | None = None) -> BenchR
         _check_same_work(report)
     if "sweep" in options.parts:
         report.sweep = run_sweep(models, batches=options.sweep_batches, repeats=options.sweep_repeats,
-                                 warmup=options.sweep_warmup, caps=options.sweep_caps,
+                                 warmup=options.sweep_warmup, caps=options.sweep_caps, roles=options.sweep_roles,
                                  threads=options.sweep_threads or int(cpus),
                                  progress=lambda name, batch: say(f"sweep {name} batch {batch}"))
     report.load_average_at_end = load_average()

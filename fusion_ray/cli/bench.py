@@ -56,6 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     sweep.add_argument("--sweep-warmup", type=int, default=1, help="discarded calls per batch size (default 1)")
     sweep.add_argument("--sweep-cap", action="append", default=[], metavar="NAME=N",
                        help="largest batch for model NAME, e.g. inswapper_128=8 (repeatable)")
+    sweep.add_argument("--sweep-models", default="embedder,swapper,enhancer",
+                       help="which batched models to sweep: embedder, swapper, enhancer (default: all three)")
     sweep.add_argument("--sweep-threads", type=int, help="ORT threads in the sweep (default: all cores)")
 
     out = parser.add_argument_group("output")
@@ -109,6 +111,7 @@ def options_from_args(args: argparse.Namespace, work_dir: Path):  # type: ignore
     """The BenchOptions the command line asks for."""
     from fusion_ray.bench import PARTS, BenchOptions
     from fusion_ray.bench.serial import Canvas
+    from fusion_ray.bench.sweep import SWEEP_ROLES
     from fusion_ray.pipeline.config import load_job_config
 
     if args.only:
@@ -128,6 +131,9 @@ def options_from_args(args: argparse.Namespace, work_dir: Path):  # type: ignore
         raise ConfigError(f"--fps expects a number or a fraction like 30000/1001, got {args.fps!r}") from exc
     pipeline = load_job_config(args.pipeline_config).pipeline
     pipeline = pipeline.model_copy(update={"progress_bars": bool(args.progress_bars)})
+    roles = tuple(r.strip() for r in args.sweep_models.split(",") if r.strip())
+    if not roles or any(r not in SWEEP_ROLES for r in roles):
+        raise ConfigError(f"--sweep-models: choose from {', '.join(SWEEP_ROLES)}, got {args.sweep_models!r}")
     canvases: tuple[Canvas, ...] = ("square", "fit") if args.loop_canvas == "both" else (args.loop_canvas,)
     return BenchOptions(
         engine=engine_config_from_args(args), pipeline=pipeline, work_dir=work_dir, standins=args.standins,
@@ -136,7 +142,7 @@ def options_from_args(args: argparse.Namespace, work_dir: Path):  # type: ignore
         loop_cpu_budget=args.loop_threads, address=args.address, ray_num_cpus=args.ray_num_cpus,
         batch_dynamic=args.batch_dynamic, sweep_batches=_ints(args.sweep_batches, "--sweep-batches"),
         sweep_repeats=args.sweep_repeats, sweep_warmup=args.sweep_warmup, sweep_caps=_caps(args.sweep_cap),
-        sweep_threads=args.sweep_threads, memory_interval_s=args.memory_interval,
+        sweep_threads=args.sweep_threads, sweep_roles=roles, memory_interval_s=args.memory_interval,
         command=_command_line(args))
 
 
