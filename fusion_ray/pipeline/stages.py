@@ -36,6 +36,7 @@ import numpy as np
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.engine import Component, Engine, landmarks_of
+from fusion_ray.ops.select import select_faces
 from fusion_ray.types import Embedding, SourceIdentity
 
 log = logging.getLogger(__name__)
@@ -57,13 +58,12 @@ def object_column(values: Sequence[Any]) -> np.ndarray:
     return column
 
 
-def num_rows(batch: Mapping[str, Any]) -> int:
-    return len(batch["frame"])
+def num_rows(batch: Mapping[str, Any], column: str = "frame") -> int:
+    return len(batch[column])
 
 
-def errors_of(batch: Mapping[str, Any]) -> list[str]:
+def errors_of(batch: Mapping[str, Any], n: int) -> list[str]:
     """The per-row error messages ("" for rows that are fine)."""
-    n = num_rows(batch)
     if "error" not in batch:
         return [""] * n
     return [str(e) if e is not None else "" for e in batch["error"]]
@@ -74,6 +74,8 @@ class Stage:
 
     name = "stage"
     required: tuple[str, ...] = ("frame",)
+    rows_column = "frame"
+    """The column that has one entry per row (GPU stages need no frames, only crops)."""
 
     def __init__(self, threads: int | None = None) -> None:
         if threads is not None:
@@ -87,8 +89,8 @@ class Stage:
         if missing:
             raise StageInputError(f"{self.name}: batch lacks column(s) {missing}; has {sorted(batch)}")
         out = dict(batch)
-        n = num_rows(batch)
-        out["error"] = np.asarray(errors_of(batch), dtype=object)
+        n = num_rows(batch, self.rows_column)
+        out["error"] = np.asarray(errors_of(batch, n), dtype=object)
         if n:
             self.process(out)
         end = time.perf_counter()
@@ -124,21 +126,35 @@ def _faces_of(batch: Mapping[str, Any], column: str, row: int) -> np.ndarray:
 
 
 class DetectStage(Stage):
-    """CPU: detect, (embed for reference selection), select, and cut the swap crops."""
+    """CPU: detect, (embed for reference selection), select, and cut the swap crops.
+
+    Optional per-row columns ``select_mode`` and ``face_index`` override the configured
+    selection (``all``, ``largest`` or ``index``) for that row. ``engine`` reuses an engine
+    that already holds the detector (and embedder) instead of loading one.
+    """
 
     name = "detect"
     required = ("frame",)
 
     def __init__(self, cfg: EngineConfig, *, cpu_budget: float | None = None,
-                 reference: Embedding | None = None) -> None:
+                 reference: Embedding | None = None, engine: Engine | None = None) -> None:
         components: list[Component] = ["detector"]
         if cfg.selection.mode == "reference":
             if reference is None:
                 raise ValueError("reference selection needs the reference embedding")
             components.append("embedder")
-        self.engine = Engine.load(cfg, components=components, cpu_budget=cpu_budget)
+        self.engine = engine if engine is not None else Engine.load(cfg, components=components, cpu_budget=cpu_budget)
         self.reference = reference
         super().__init__(_threads(cpu_budget))
+
+    def _select(self, batch: Batch, row: int, faces: list[Any]) -> list[Any]:
+        if "select_mode" not in batch:
+            return self.engine.select(faces, self.reference)
+        mode = str(batch["select_mode"][row])
+        if mode == "reference":
+            raise ValueError("per-row selection cannot be 'reference'")
+        index = int(batch["face_index"][row]) if "face_index" in batch else 0
+        return select_faces(faces, mode, index=index)
 
     def process(self, batch: Batch) -> None:
         n = num_rows(batch)
@@ -156,7 +172,7 @@ class DetectStage(Stage):
                     faces = self.engine.detect(frame)
                     if faces and self.engine.cfg.selection.mode == "reference":
                         faces = self.engine.embed_faces(frame, faces)
-                    chosen = self.engine.select(faces, self.reference)
+                    chosen = self._select(batch, row, faces)
                     detected[row], selected[row] = len(faces), len(chosen)
                     points = landmarks_of(chosen)
                     face_crops, face_affines = self.engine.align_for_swap(frame, points)
@@ -173,23 +189,30 @@ class DetectStage(Stage):
 
 
 class SwapStage(Stage):
-    """GPU: swap every face of every frame in the batch in one batched call."""
+    """GPU: swap every face of every frame in the batch in one batched call.
+
+    Each row's identity is ``identities[source_id]`` (a job's sources, embedded once and
+    shared with every actor), or the row's own ``identity`` object (online serving, where
+    every request brings its own).
+    """
 
     name = "swap"
-    required = ("frame", "crops")
+    required = ("crops",)
+    rows_column = "crops"
 
-    def __init__(self, cfg: EngineConfig, identities: Mapping[str, SourceIdentity], *,
+    def __init__(self, cfg: EngineConfig, identities: Mapping[str, SourceIdentity] | None = None, *,
                  cpu_budget: float | None = None) -> None:
-        if not identities:
-            raise ValueError("SwapStage needs at least one source identity")
         self.engine = Engine.load(cfg, components=["swapper"], cpu_budget=cpu_budget)
-        self.identities = dict(identities)
+        self.identities = dict(identities or {})
         super().__init__(_threads(cpu_budget))
 
     def process(self, batch: Batch) -> None:
         _batched_face_call(self, batch, "crops", self._swap)
 
     def _swap(self, crops: np.ndarray, rows: list[int], batch: Batch) -> np.ndarray:
+        own = batch.get("identity")
+        if own is not None:
+            return self.engine.swap_crops(crops, [own[row] for row in rows])
         ids = batch.get("source_id")
         identities = []
         for row in rows:
@@ -244,7 +267,8 @@ class EnhanceStage(Stage):
     """GPU: enhance every swapped face of the batch in one batched call."""
 
     name = "enhance"
-    required = ("frame", "enhance_crops")
+    required = ("enhance_crops",)
+    rows_column = "enhance_crops"
 
     def __init__(self, cfg: EngineConfig, *, cpu_budget: float | None = None) -> None:
         self.engine = Engine.load(cfg, components=["enhancer"], cpu_budget=cpu_budget)
@@ -286,7 +310,7 @@ def _batched_face_call(stage: Stage, batch: Batch, column: str, call: Any) -> No
     If the batched call fails, rows are retried one by one so that only the failing frames
     are marked.
     """
-    n = num_rows(batch)
+    n = num_rows(batch, column)
     per_row = [np.asarray(batch[column][row]) for row in range(n)]
     rows = [r for r in range(n) if not batch["error"][r] and len(per_row[r])]
     if rows:

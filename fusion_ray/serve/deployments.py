@@ -25,13 +25,13 @@ from typing import Any
 import numpy as np
 from ray import serve
 
-from fusion_ray.config import EngineConfig, EnhanceConfig, SelectionConfig
+from fusion_ray.config import EngineConfig, EnhanceConfig
 from fusion_ray.engine import Engine, ModelInfo
 from fusion_ray.models.embedder import l2_normalise
 from fusion_ray.models.enhancer import blend_crops
 from fusion_ray.models.registry import get_spec
 from fusion_ray.ops.align import align_face
-from fusion_ray.pipeline.stages import DetectStage, EnhanceStage, Stage, SwapStage, object_column
+from fusion_ray.pipeline.stages import DetectStage, EnhanceStage, SwapStage, object_column
 from fusion_ray.serve.batching import AdaptiveWait
 from fusion_ray.serve.metrics import MetricsStore, Snapshot
 from fusion_ray.serve.settings import BatchSettings, ServeSettings
@@ -40,8 +40,6 @@ from fusion_ray.types import SourceIdentity
 
 log = logging.getLogger(__name__)
 
-_PLACEHOLDER_ID = "__none__"
-MAX_SELECTION_VIEWS = 64
 
 
 def _configure_batching(method: Any, batch: BatchSettings) -> None:
@@ -63,15 +61,6 @@ def _batch_record(requests: int, faces: int, seconds: float) -> dict[str, float]
     return {"requests": requests, "faces": faces, "compute_s": seconds}
 
 
-class _SharedDetectStage(DetectStage):
-    """A DetectStage over an already loaded detector: one session, several selection settings."""
-
-    def __init__(self, engine: Engine) -> None:  # noqa: D107 - deliberately skips DetectStage.__init__ (no reload)
-        self.engine = engine
-        self.reference = None
-        Stage.__init__(self)
-
-
 @serve.deployment(name="Detector")
 class DetectorDeployment:
     """CPU: SCRFD detection, face selection and swap crops (``DetectStage``), one frame per call."""
@@ -80,31 +69,17 @@ class DetectorDeployment:
         self.cfg: EngineConfig = settings.engine
         budget = settings.deployments.detector.threads_budget()
         self.base = DetectStage(self.cfg, cpu_budget=budget)
-        selection = self.cfg.selection
-        self._views: dict[tuple[str, int], DetectStage] = {
-            (selection.mode, selection.index if selection.mode == "index" else 0): self.base}
         spec = get_spec(self.cfg.models.embedder)
         assert spec.template is not None
         self.embed_template: str = spec.template
         self.embed_size = spec.crop_size
         log.info("detector replica ready (cpu budget %s)", budget)
 
-    def _stage(self, mode: str, index: int) -> DetectStage:
-        key = (mode, index if mode == "index" else 0)
-        stage = self._views.get(key)
-        if stage is None:
-            if len(self._views) >= MAX_SELECTION_VIEWS:
-                self._views = {k: v for k, v in self._views.items() if v is self.base}
-            cfg = self.cfg.model_copy(update={"selection": SelectionConfig(mode=mode, index=key[1])})  # type: ignore[arg-type]
-            stage = _SharedDetectStage(Engine(cfg, detector=self.base.engine.detector,
-                                              model_info=self.base.engine.model_info))
-            self._views[key] = stage
-        return stage
-
     def detect(self, frame: np.ndarray, mode: str, index: int) -> dict[str, Any]:
         """Faces found, faces selected, and the selected faces' landmarks, swap crops and affines."""
         start = time.perf_counter()
-        out = self._stage(mode, index)({"frame": object_column([frame])})
+        out = self.base({"frame": object_column([frame]), "select_mode": object_column([mode]),
+                         "face_index": np.asarray([index], np.int64)})
         return {
             "faces_detected": int(out["faces_detected"][0]),
             "faces_selected": int(out["faces_swapped"][0]),
@@ -139,8 +114,7 @@ class SwapperDeployment:
     def __init__(self, settings: ServeSettings) -> None:
         cfg = settings.engine
         budget = settings.deployments.swapper.threads_budget()
-        placeholder = SourceIdentity(embedding=None, latent=np.zeros(512, np.float32), crop=None, num_images=0)
-        self.stage = SwapStage(cfg, {_PLACEHOLDER_ID: placeholder}, cpu_budget=budget)
+        self.stage = SwapStage(cfg, cpu_budget=budget)
         self.embedder_engine = Engine.load(cfg, components=["embedder"], cpu_budget=budget)
         _configure_batching(self._swap_batched, settings.batching.swap)  # type: ignore[misc]
         _configure_batching(self._embed_batched, settings.batching.embed)
@@ -164,12 +138,8 @@ class SwapperDeployment:
     def _swap_batch(self, crops: list[np.ndarray], identities: list[SourceIdentity],
                     source_ids: list[str]) -> list[dict[str, Any]]:
         start = time.perf_counter()
-        # Batches run one at a time (max_concurrent_batches=1), so the mapping is this batch's.
-        self.stage.identities = dict(zip(source_ids, identities, strict=True))
-        batch = {"frame": object_column([None] * len(crops)), "crops": object_column(crops),
-                 "source_id": object_column(source_ids)}
-        out = self.stage(batch)
-        self.stage.identities = {}
+        out = self.stage({"crops": object_column(crops), "identity": object_column(identities),
+                          "source_id": object_column(source_ids)})
         elapsed = time.perf_counter() - start
         results: list[dict[str, Any]] = [{"crops": out["crops"][i], "error": str(out["error"][i])}
                                          for i in range(len(crops))]
@@ -237,7 +207,7 @@ class EnhancerDeployment:
 
     def _enhance_batch(self, crops: list[np.ndarray], blends: list[float]) -> list[dict[str, Any]]:
         start = time.perf_counter()
-        out = self.stage({"frame": object_column([None] * len(crops)), "enhance_crops": object_column(crops)})
+        out = self.stage({"enhance_crops": object_column(crops)})
         results: list[dict[str, Any]] = []
         for i, original in enumerate(crops):
             error = str(out["error"][i])
