@@ -44,6 +44,10 @@ class PipelineResult:
     cluster_gpus: float = 0.0
     detector_canvas: str = "fit"
     pipeline: dict[str, Any] = field(default_factory=dict)
+    first_output_s: float = 0.0
+    """From the start of the timed region to the first processed batch reaching the driver."""
+    steady_fps: float = 0.0
+    """Frames/s between the first and the last processed batch (start-up costs excluded)."""
     memory: MemoryPeak | None = None
 
     @property
@@ -54,13 +58,21 @@ class PipelineResult:
         return {
             "frames": self.frames, "wall_s": round(self.wall_s, 3), "frames_per_s": round(self.fps, 2),
             "ray_startup_s": round(self.ray_startup_s, 3), "ray_started_here": self.ray_started_here,
-            "job_wall_s": round(self.job_wall_s, 3), "faces_swapped": self.faces_swapped,
+            "job_wall_s": round(self.job_wall_s, 3), "first_output_s": round(self.first_output_s, 3),
+            "steady_frames_per_s": round(self.steady_fps, 2), "faces_swapped": self.faces_swapped,
             "frames_failed": self.frames_failed, "status": self.status, "error": self.error,
             "stages": self.stages, "stand_in_models": self.stand_in_models,
             "cluster_cpus": self.cluster_cpus, "cluster_gpus": self.cluster_gpus,
             "detector_canvas": self.detector_canvas, "pipeline_config": self.pipeline,
             "memory": self.memory.to_json() if self.memory else None,
         }
+
+
+def _steady_fps(marks: list[tuple[float, int]]) -> float:
+    """Frames/s after the first output batch: (last done - first done) / (last time - first time)."""
+    if len(marks) < 2 or marks[-1][0] <= marks[0][0]:
+        return 0.0
+    return (marks[-1][1] - marks[0][1]) / (marks[-1][0] - marks[0][0])
 
 
 def run_pipeline(video: Path, sources: Sequence[Path], cfg: JobConfig, *, work_dir: Path,
@@ -81,8 +93,10 @@ def run_pipeline(video: Path, sources: Sequence[Path], cfg: JobConfig, *, work_d
         started_here = not ray.is_initialized()
         connect(address, num_cpus=num_cpus)
         up = time.perf_counter()
+        marks: list[tuple[float, int]] = []
         try:
-            report = run_job([JobItem(tuple(sources), video, output)], cfg, force=True)
+            report = run_job([JobItem(tuple(sources), video, output)], cfg, force=True,
+                             progress=lambda done, total, _report: marks.append((time.perf_counter(), done)))
             end = time.perf_counter()
             resources = ray.cluster_resources()
         finally:
@@ -100,7 +114,8 @@ def run_pipeline(video: Path, sources: Sequence[Path], cfg: JobConfig, *, work_d
         faces_swapped=item.faces_swapped, frames_failed=item.frames_failed, status=item.status, error=item.error,
         stand_in_models=list(report.stand_in_models), cluster_cpus=float(resources.get("CPU", 0.0)),
         cluster_gpus=float(resources.get("GPU", 0.0)), detector_canvas=cfg.engine.detector.canvas,
-        pipeline=cfg.pipeline.model_dump(mode="json"), memory=sampler.result)
+        pipeline=cfg.pipeline.model_dump(mode="json"), memory=sampler.result,
+        first_output_s=marks[0][0] - start if marks else 0.0, steady_fps=_steady_fps(marks))
     output.unlink(missing_ok=True)
     if item.status != "done":
         raise FusionRayError(f"the pipeline did not finish {video}: {item.error or item.status}")

@@ -27,6 +27,7 @@ def test_bench_runs_serial_pipeline_and_sweep_on_the_same_frames(tmp_path, scrfd
     assert set(pipeline["stages"]) == {"detect", "swap", "paste", "encode"}
     for stage in pipeline["stages"].values():
         assert 0.0 <= stage["idle_ratio"] <= 1.0 and stage["ms_per_frame"] >= 0
+    assert 0 < pipeline["first_output_s"] <= pipeline["wall_s"] and "steady_frames_per_s" in pipeline
     assert pipeline["memory"]["peak_rss_mib"] > 0 and pipeline["memory"]["processes_at_peak"] > 1
     assert pipeline["stand_in_models"] == ["arcface_w600k_r50", "inswapper_128"]
     assert set(data["ratios"]) == {"pipeline_vs_serial_square", "pipeline_vs_serial_fit"}
