@@ -1,23 +1,37 @@
-"""``build_pipeline``: the one function that chains the ``map_batches`` stages."""
+"""``build_pipeline``: the one function that chains the ``map_batches`` stages.
+
+Two layouts of the same stage classes:
+
+- **pools** (a GPU cluster): detect on CPU actors, swap and enhance on GPU actor pools, paste
+  and encode on CPU actors; every stage has its own pool, sized from the pipeline config.
+- **fused** (no GPU in the cluster, the default there): one CPU actor pool whose actors run
+  the whole chain on each batch. With no GPU to feed, separate pools only add processes and
+  a serialisation hop per stage; fusing keeps every core on frames.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import ray
 from ray.data import ActorPoolStrategy, Dataset
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.pipeline.config import PipelineConfig, StageResources
 from fusion_ray.pipeline.stages import (
+    Batch,
     DetectStage,
     EnhanceStage,
     PasteEnhancedStage,
     PasteStage,
+    Stage,
     SwapStage,
 )
+from fusion_ray.pipeline.writer import EncodeStage, ImageTarget, SegmentKey
 from fusion_ray.types import Embedding, SourceIdentity
 
 log = logging.getLogger(__name__)
@@ -28,7 +42,67 @@ def cluster_gpus() -> float:
     return float(ray.cluster_resources().get("GPU", 0.0))
 
 
-def _stage_args(resources: StageResources, gpus_available: bool) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Sink:
+    """Where the last stage sends frames: segment writer actors, and image items' targets."""
+
+    writers: Sequence[Any]
+    segments: Mapping[SegmentKey, tuple[int, int]]
+    images: Mapping[int, ImageTarget]
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """A stage class and its constructor arguments (built inside the actor that runs it)."""
+
+    cls: type[Stage]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    resources: StageResources
+
+    def build(self) -> Stage:
+        return self.cls(*self.args, **self.kwargs)
+
+
+class FusedStage:
+    """Several stages run in order inside one actor.
+
+    Each stage still reports its busy time; only the first reports waiting, because the
+    others never wait for input inside a fused actor.
+    """
+
+    def __init__(self, specs: Sequence[StageSpec]) -> None:
+        self.stages = [spec.build() for spec in specs]
+
+    def __call__(self, batch: Batch) -> Batch:
+        for position, stage in enumerate(self.stages):
+            batch = stage(batch)
+            if position:
+                batch[f"idle_ms_{stage.name}"] = np.zeros_like(batch[f"idle_ms_{stage.name}"])
+        return batch
+
+
+def stage_specs(engine: EngineConfig, pipeline: PipelineConfig, identities: Mapping[str, SourceIdentity],
+                reference: Embedding | None, sink: Sink | None) -> list[StageSpec]:
+    """The chain, in order: detect, swap, paste (, enhance, paste_enhanced) (, encode)."""
+    def budget(resources: StageResources) -> dict[str, Any]:
+        return {"cpu_budget": resources.cpu_budget}
+
+    specs = [
+        StageSpec(DetectStage, (engine,), {**budget(pipeline.detect), "reference": reference}, pipeline.detect),
+        StageSpec(SwapStage, (engine, dict(identities)), budget(pipeline.swap), pipeline.swap),
+        StageSpec(PasteStage, (engine,), budget(pipeline.paste), pipeline.paste),
+    ]
+    if engine.enhance.enabled:
+        specs += [StageSpec(EnhanceStage, (engine,), budget(pipeline.enhance), pipeline.enhance),
+                  StageSpec(PasteEnhancedStage, (engine,), budget(pipeline.paste_enhanced), pipeline.paste_enhanced)]
+    if sink is not None:
+        specs.append(StageSpec(EncodeStage, (list(sink.writers), dict(sink.segments), dict(sink.images)), {},
+                               pipeline.encode))
+    return specs
+
+
+def _pool_args(resources: StageResources, gpus_available: bool) -> dict[str, Any]:
     num_gpus = resources.num_gpus if gpus_available else 0.0
     args: dict[str, Any] = {
         "batch_size": resources.batch_size,
@@ -44,29 +118,24 @@ def _stage_args(resources: StageResources, gpus_available: bool) -> dict[str, An
 
 def build_pipeline(ds: Dataset, engine: EngineConfig, pipeline: PipelineConfig,
                    identities: Mapping[str, SourceIdentity], *, reference: Embedding | None = None,
-                   gpus_available: bool | None = None) -> Dataset:
-    """Chain detect -> swap -> paste (-> enhance -> paste_enhanced) on ``ds``.
+                   gpus_available: bool | None = None, sink: Sink | None = None) -> Dataset:
+    """Chain the stages on ``ds``, as separate pools or fused (see the module docstring).
 
     GPU stages ask for ``num_gpus`` only when the cluster has GPUs; otherwise they run on CPU
     with the same batching. Each actor's ONNX sessions get threads from its own CPU budget.
     """
     gpus = cluster_gpus() > 0 if gpus_available is None else gpus_available
+    specs = stage_specs(engine, pipeline, identities, reference, sink)
+    if pipeline.fused(gpus):
+        fused = pipeline.detect
+        for spec in specs:  # every stage of a fused actor works within the actor's budget
+            if "cpu_budget" in spec.kwargs:
+                spec.kwargs["cpu_budget"] = fused.cpu_budget
+        log.info("running the stages fused in one CPU actor pool (%d actors)", fused.max_actors)
+        return ds.map_batches(FusedStage, fn_constructor_args=(specs,), **_pool_args(fused, False))
     if not gpus:
         log.info("no GPU in the cluster: GPU stages run on CPU")
-    ds = ds.map_batches(DetectStage, fn_constructor_args=(engine,),
-                        fn_constructor_kwargs={"cpu_budget": pipeline.detect.cpu_budget, "reference": reference},
-                        **_stage_args(pipeline.detect, gpus))
-    ds = ds.map_batches(SwapStage, fn_constructor_args=(engine, dict(identities)),
-                        fn_constructor_kwargs={"cpu_budget": pipeline.swap.cpu_budget},
-                        **_stage_args(pipeline.swap, gpus))
-    ds = ds.map_batches(PasteStage, fn_constructor_args=(engine,),
-                        fn_constructor_kwargs={"cpu_budget": pipeline.paste.cpu_budget},
-                        **_stage_args(pipeline.paste, gpus))
-    if engine.enhance.enabled:
-        ds = ds.map_batches(EnhanceStage, fn_constructor_args=(engine,),
-                            fn_constructor_kwargs={"cpu_budget": pipeline.enhance.cpu_budget},
-                            **_stage_args(pipeline.enhance, gpus))
-        ds = ds.map_batches(PasteEnhancedStage, fn_constructor_args=(engine,),
-                            fn_constructor_kwargs={"cpu_budget": pipeline.paste_enhanced.cpu_budget},
-                            **_stage_args(pipeline.paste_enhanced, gpus))
+    for spec in specs:
+        ds = ds.map_batches(spec.cls, fn_constructor_args=spec.args, fn_constructor_kwargs=spec.kwargs,
+                            **_pool_args(spec.resources, gpus))
     return ds

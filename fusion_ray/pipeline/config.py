@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -44,6 +45,9 @@ class PipelineConfig(_Config):
     enhance: StageResources = StageResources(num_cpus=0.2, num_gpus=0.5, batch_size=8)
     paste_enhanced: StageResources = StageResources(num_cpus=0.1, batch_size=8)
     encode: StageResources = StageResources(num_cpus=0.1, batch_size=16, threads=1)
+    fuse: Literal["auto", "always", "never"] = Field(
+        default="auto", description="Run the whole chain in one CPU actor pool (sized by 'detect'): "
+        "'auto' fuses when the cluster has no GPU.")
     writers: int = Field(default=1, ge=1, description="Segment writer actors (each encodes several segments).")
     writer_num_cpus: float = Field(default=0.1, gt=0.0)
     encode_options: EncodeOptions = EncodeOptions()
@@ -52,11 +56,17 @@ class PipelineConfig(_Config):
     progress_bars: bool = Field(default=True, description="Show Ray Data's progress bars.")
 
 
+    def fused(self, gpus_available: bool) -> bool:
+        """Whether the chain runs fused in one CPU pool (``fuse: auto`` fuses when there is no GPU)."""
+        return self.fuse == "always" or (self.fuse == "auto" and not gpus_available)
+
     def reserved_cpus(self, enhance: bool, gpus_available: bool) -> float:
         """Logical CPUs the actor pools hold at their minimum size (GPU stages hold CPUs too)."""
-        stages = [self.detect, self.swap, self.paste, self.encode]
-        if enhance:
-            stages += [self.enhance, self.paste_enhanced]
+        stages = [self.detect]
+        if not self.fused(gpus_available):
+            stages += [self.swap, self.paste, self.encode]
+            if enhance:
+                stages += [self.enhance, self.paste_enhanced]
         return sum(s.num_cpus * s.min_actors for s in stages) + self.writers * self.writer_num_cpus
 
     def check_fits(self, cluster_cpus: float, *, enhance: bool, gpus_available: bool) -> None:

@@ -27,12 +27,11 @@ from fusion_ray.errors import ConfigError, FusionRayError, InputError
 from fusion_ray.fsutil import atomic_write_bytes
 from fusion_ray.image import load_reference, metadata_for
 from fusion_ray.imageio import read_image
-from fusion_ray.pipeline.build import build_pipeline, cluster_gpus
+from fusion_ray.pipeline.build import Sink, build_pipeline, cluster_gpus
 from fusion_ray.pipeline.config import JobConfig
 from fusion_ray.pipeline.datasource import FrameDatasource, ReadUnit
 from fusion_ray.pipeline.stages import stage_names
 from fusion_ray.pipeline.writer import (
-    EncodeStage,
     ImageTarget,
     SegmentKey,
     SegmentWriter,
@@ -296,13 +295,8 @@ def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: lis
         (n, s.index): (s.start_frame, s.frame_count) for n, v in videos.items() for s in v.segments}
 
     ds = ray.data.read_datasource(FrameDatasource(units, pipeline.block_frames), num_cpus=pipeline.read_num_cpus)
-    ds = build_pipeline(ds, engine_cfg, pipeline, identities, reference=reference, gpus_available=gpus_available)
-    enc = pipeline.encode
-    ds = ds.map_batches(EncodeStage, fn_constructor_args=(writers, segment_spans, images),
-                        batch_size=enc.batch_size, num_cpus=enc.num_cpus, batch_format="numpy",
-                        compute=ray.data.ActorPoolStrategy(min_size=enc.min_actors, max_size=enc.max_actors),
-                        udf_modifying_row_count=False)
-    ds = ds.drop_columns(["frame"])
+    ds = build_pipeline(ds, engine_cfg, pipeline, identities, reference=reference, gpus_available=gpus_available,
+                        sink=Sink(writers, segment_spans, images))
 
     names = [*stage_names(engine_cfg), "encode"]
     for name in names:

@@ -193,7 +193,9 @@ class EncodeStage(Stage):
             pending.append(writer.push.remote(key, start, count, indices, frames))
         if pending:
             ray.get(pending)  # back-pressure: the stage waits for its writers
-        batch["frame"] = np.zeros((n, 1, 1, 3), np.uint8)  # the driver needs no pixels
+        # The driver needs no pixels. Dropping them here, not with a later drop_columns task
+        # (a task wants a whole CPU, which the actor pools may hold until the reads end).
+        batch.pop("frame")
 
     def _write_image(self, batch: Batch, row: int, target: ImageTarget) -> None:
         try:

@@ -171,3 +171,17 @@ def test_video_swap_command(media, tmp_path, standin_dir, scrfd_path, capsys):
     assert "frames/s" in err and "idle %" in err and "detect" in err
     assert probe(out).frame_count == 20
     assert json.loads((tmp_path / "r.json").read_text())["counts"] == {"done": 1}
+
+
+def test_separate_pools_give_the_same_video(first_run, media, job_cfg, tmp_path):
+    """fuse: never runs one actor pool per stage (the GPU-cluster layout) on the same clip."""
+    _, _, out, _ = first_run
+    pools = JobConfig(engine=job_cfg.engine, pipeline=job_cfg.pipeline.model_copy(update={"fuse": "never"}))
+    report = run_job([JobItem((media["source"],), media["clip2"], tmp_path / "clip2.mp4")], pools)
+    assert report.items[0].status == "done"
+    assert set(report.stages) == {"detect", "swap", "paste", "encode"}
+    assert report.stages["swap"].idle_s > 0  # its own pool waits for detect
+    a = [f.frame.astype(np.float32) for f in decode_all(out / "clip2.mp4")]
+    b = [f.frame.astype(np.float32) for f in decode_all(tmp_path / "clip2.mp4")]
+    assert len(a) == len(b) == 20
+    assert max(float(np.mean((x - y) ** 2)) for x, y in zip(a, b, strict=True)) < 1.0

@@ -80,3 +80,19 @@ def test_missing_column_is_a_wiring_error(models_config):
     stage = PasteStage(EngineConfig(models=models_config, runtime=CPU))
     with pytest.raises(StageInputError, match="lacks column"):
         stage({"frame": np.zeros((1, 8, 8, 3), np.uint8)})
+
+
+def test_fused_stage_equals_the_chain(models_config, images_dir, frames):
+    from fusion_ray.pipeline.build import FusedStage, stage_specs
+    from fusion_ray.pipeline.config import PipelineConfig
+
+    cfg = EngineConfig(models=models_config, runtime=CPU, enhance=EnhanceConfig(enabled=True))
+    engine = Engine.load(cfg, cpu_budget=1)
+    identity = engine.prepare_source([read_image(images_dir / "biden.jpg").frame])
+    fused = FusedStage(stage_specs(cfg, PipelineConfig(), {"default": identity}, None, None))
+    out = fused({"frame": frames, "index": np.arange(len(frames))})
+    chained = run_chain(cfg, frames, identity)
+    for i in range(len(frames)):
+        assert np.array_equal(out["frame"][i], chained["frame"][i])
+    assert [s.name for s in fused.stages] == stage_names(cfg)
+    assert out["idle_ms_detect"].shape == (3,) and not out["idle_ms_swap"].any()  # only the first stage waits
