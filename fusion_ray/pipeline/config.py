@@ -39,6 +39,11 @@ class PipelineConfig(_Config):
     segment_seconds: float = Field(default=4.0, gt=0.0, description="Target length of a decode/encode segment.")
     block_frames: int = Field(default=16, ge=1, description="Frames per block yielded by a read task.")
     read_num_cpus: float = Field(default=0.2, gt=0.0, description="Logical CPUs per read (decode) task.")
+    read_tasks: int = Field(default=2, ge=1, description="Segments decoded at once (bounds decode-ahead).")
+    block_mb: float = Field(default=32.0, gt=0.0, description="A read block holds at most this much pixel data.")
+    object_store_mb: float | None = Field(
+        default=512.0, gt=0.0, description="Ray Data's object-store budget for this job's in-flight frames; "
+        "keeps memory flat whatever the video length (None: Ray's default, a share of the node's memory).")
     detect: StageResources = StageResources(num_cpus=0.4, min_actors=2, max_actors=2, batch_size=4, threads=1)
     swap: StageResources = StageResources(num_cpus=0.2, num_gpus=0.5, batch_size=16)
     paste: StageResources = StageResources(num_cpus=0.1, batch_size=8)

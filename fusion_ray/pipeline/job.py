@@ -9,11 +9,12 @@ Completed outputs are skipped on re-run, so a job can be resumed by running it a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from fusion_ray.fsutil import atomic_write_bytes
 from fusion_ray.image import load_reference, metadata_for
 from fusion_ray.imageio import read_image
 from fusion_ray.pipeline.build import Sink, build_pipeline, cluster_gpus
-from fusion_ray.pipeline.config import JobConfig
+from fusion_ray.pipeline.config import JobConfig, PipelineConfig
 from fusion_ray.pipeline.datasource import FrameDatasource, ReadUnit
 from fusion_ray.pipeline.stages import stage_names
 from fusion_ray.pipeline.writer import (
@@ -278,13 +279,6 @@ def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: lis
         return
     total_frames = sum(v.info.frame_count for v in videos.values()) + len(images)
 
-    from ray.data import DataContext
-
-    ctx = DataContext.get_current()
-    ctx.enable_progress_bars = pipeline.progress_bars
-    if pipeline.no_progress_timeout_s is not None:
-        ctx.execution_no_progress_timeout_s = pipeline.no_progress_timeout_s  # type: ignore[attr-defined]
-
     gpus_available = cluster_gpus() > 0
     pipeline.check_fits(float(ray.cluster_resources().get("CPU", 0.0)), enhance=engine_cfg.enhance.enabled,
                         gpus_available=gpus_available)
@@ -294,7 +288,10 @@ def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: lis
     segment_spans: dict[SegmentKey, tuple[int, int]] = {
         (n, s.index): (s.start_frame, s.frame_count) for n, v in videos.items() for s in v.segments}
 
-    ds = ray.data.read_datasource(FrameDatasource(units, pipeline.block_frames), num_cpus=pipeline.read_num_cpus)
+    largest = max(u.frame_hw[0] * u.frame_hw[1] * 3 for u in units)
+    block_frames = max(1, min(pipeline.block_frames, int(pipeline.block_mb * 2**20 // largest)))
+    ds = ray.data.read_datasource(FrameDatasource(units, block_frames), num_cpus=pipeline.read_num_cpus,
+                                  compute=ray.data.TaskPoolStrategy(size=pipeline.read_tasks))
     ds = build_pipeline(ds, engine_cfg, pipeline, identities, reference=reference, gpus_available=gpus_available,
                         sink=Sink(writers, segment_spans, images))
 
@@ -305,17 +302,18 @@ def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: lis
     finishing: dict[Any, SegmentKey] = {}
     done_frames = 0
     try:
-        for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
-            done_frames += _account(batch, results, report, names, seen)
-            for key, count in list(seen.items()):
-                if key[0] in videos and count == segment_spans[key][1]:
-                    writer = writers[writer_for(key, len(writers))]
-                    finishing[writer.finish.remote(key)] = key
-                    seen[key] = -1  # finishing
-            _collect_finished(finishing, videos, results, items, metadata, block=False)
-            if progress is not None:
-                progress(done_frames, total_frames, report)
-        _collect_finished(finishing, videos, results, items, metadata, block=True)
+        with _data_context(pipeline):
+            for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+                done_frames += _account(batch, results, report, names, seen)
+                for key, count in list(seen.items()):
+                    if key[0] in videos and count == segment_spans[key][1]:
+                        writer = writers[writer_for(key, len(writers))]
+                        finishing[writer.finish.remote(key)] = key
+                        seen[key] = -1  # finishing
+                _collect_finished(finishing, videos, results, items, metadata, block=False)
+                if progress is not None:
+                    progress(done_frames, total_frames, report)
+            _collect_finished(finishing, videos, results, items, metadata, block=True)
     finally:
         for n, video in videos.items():
             if results[n].status != "done":
@@ -349,6 +347,27 @@ def _stand_in_models(cfg: EngineConfig, driver_engine: Engine) -> list[str]:
             if path.is_file() and is_stand_in(path):
                 names.add(name)
     return sorted(names)
+
+
+@contextlib.contextmanager
+def _data_context(pipeline: PipelineConfig) -> Iterator[None]:
+    """Ray Data settings for this job's execution, restored afterwards (the context is per process)."""
+    from ray.data import DataContext, ExecutionResources
+
+    ctx = DataContext.get_current()
+    saved = (ctx.enable_progress_bars, ctx.execution_no_progress_timeout_s,  # type: ignore[attr-defined]
+             ctx.execution_options.resource_limits)
+    ctx.enable_progress_bars = pipeline.progress_bars
+    if pipeline.no_progress_timeout_s is not None:
+        ctx.execution_no_progress_timeout_s = pipeline.no_progress_timeout_s  # type: ignore[attr-defined]
+    if pipeline.object_store_mb is not None:
+        ctx.execution_options.resource_limits = ExecutionResources.for_limits(
+            object_store_memory=pipeline.object_store_mb * 2**20)
+    try:
+        yield
+    finally:
+        (ctx.enable_progress_bars, ctx.execution_no_progress_timeout_s,  # type: ignore[attr-defined]
+         ctx.execution_options.resource_limits) = saved
 
 
 def _account(batch: Mapping[str, Any], results: list[ItemResult], report: JobReport,
