@@ -54,6 +54,31 @@ def load_average() -> list[float]:
         return []
 
 
+def code_version() -> dict[str, Any]:
+    """Which fusion_ray code ran: its path, git commit, and files changed since that commit.
+
+    Benchmarks of a tree that others are editing are only reproducible at a commit; a dirty
+    tree is named as such.
+    """
+    import fusion_ray
+
+    package = Path(fusion_ray.__file__).resolve().parent
+    info: dict[str, Any] = {"package_path": str(package), "commit": None, "dirty_files": None}
+    git = shutil.which("git")
+    if git is None:
+        return info
+    try:
+        commit = subprocess.run([git, "-C", str(package), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        status = subprocess.run([git, "-C", str(package.parent), "status", "--porcelain", "--", "fusion_ray",
+                                 "configs"], capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return info
+    info["commit"] = commit or None
+    info["dirty_files"] = [line[3:] for line in status.splitlines() if line.strip()]
+    return info
+
+
 def machine_info() -> dict[str, Any]:
     """A JSON-ready description of this machine and the libraries that matter for throughput."""
     import onnxruntime as ort
@@ -81,4 +106,5 @@ def machine_info() -> dict[str, Any]:
         "av": _version("av"),
         "fusion_ray": __version__,
         "load_average_at_start": load_average(),
+        "code": code_version(),
     }

@@ -77,7 +77,7 @@ def _steady_fps(marks: list[tuple[float, int]]) -> float:
 
 def run_pipeline(video: Path, sources: Sequence[Path], cfg: JobConfig, *, work_dir: Path,
                  address: str | None = None, num_cpus: int | None = None, shutdown: bool = True,
-                 memory_interval_s: float = 0.25) -> PipelineResult:
+                 memory_interval_s: float = 0.5) -> PipelineResult:
     """Run ``video`` through the Ray Data pipeline; FusionRayError when the job does not finish it."""
     import ray
 

@@ -126,7 +126,7 @@ class BenchReport:
     def _throughput_lines(self) -> list[str]:
         out = ["## Serial loop vs Ray Data pipeline", "",
                "| run | detector canvas | frames | wall s | frames/s | first frame out, s | steady frames/s "
-               "| faces swapped | peak RSS MiB |",
+               "| faces swapped | peak memory MiB: PSS (RSS sum) |",
                "|---|---|---|---|---|---|---|---|---|"]
         for canvas, s in self.serial.items():
             h, w = s.detector_canvas_hw
@@ -170,7 +170,10 @@ class BenchReport:
 
 
 def _mib(memory: Any) -> str:
-    return f"{memory.peak_rss_mib:.0f}" if memory is not None else "-"
+    if memory is None:
+        return "-"
+    pss = f"{memory.peak_pss_mib:.0f}" if memory.peak_pss_mib is not None else "n/a"
+    return f"{pss} ({memory.peak_rss_mib:.0f})"
 
 
 def _ordered_stages(serial: dict[str, SerialResult]) -> list[str]:
@@ -192,6 +195,11 @@ def _machine_lines(machine: dict[str, Any], providers: list[str], load_end: list
         f"Load average (1/5/15 min) at start: {machine.get('load_average_at_start')}, at end: {load_end}.",
         "",
     ]
+    code = machine.get("code") or {}
+    if code.get("commit"):
+        dirty = code.get("dirty_files") or []
+        state = f"with uncommitted changes in {', '.join(dirty)}" if dirty else "clean"
+        lines += [f"Code: fusion_ray at commit `{code['commit'][:12]}` ({state}), `{code.get('package_path')}`.", ""]
     return lines
 
 

@@ -69,7 +69,7 @@ class BenchOptions:
     sweep_caps: Mapping[str, int] = field(default_factory=dict)
     sweep_threads: int | None = None
     sweep_roles: tuple[str, ...] = SWEEP_ROLES
-    memory_interval_s: float = 0.25
+    memory_interval_s: float = 0.5
     command: str = "fusion-ray bench"
 
 

@@ -90,7 +90,7 @@ def with_canvas(cfg: EngineConfig, canvas: Canvas) -> EngineConfig:
 
 def run_serial(video: Path, sources: Sequence[Path], cfg: EngineConfig, *, canvas: Canvas, work_dir: Path,
                cpu_budget: float, encode_options: EncodeOptions | None = None,
-               memory_interval_s: float = 0.25) -> SerialResult:
+               memory_interval_s: float = 0.5) -> SerialResult:
     """Run the serial loop over ``video`` and write the result (with audio) into ``work_dir``."""
     cfg = with_canvas(cfg, canvas)
     work_dir.mkdir(parents=True, exist_ok=True)

@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     out.add_argument("--markdown", type=Path, help="write the Markdown tables here (they are also printed)")
     out.add_argument("--work-dir", type=Path,
                      help="keep generated videos and models here (default: a temporary directory, removed)")
-    out.add_argument("--memory-interval", type=float, default=0.25, help="memory sampling period, s (default 0.25)")
+    out.add_argument("--memory-interval", type=float, default=0.5, help="memory sampling period, s (default 0.5)")
 
     add_engine_arguments(parser)
     ray = parser.add_argument_group("pipeline (Ray)")

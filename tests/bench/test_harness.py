@@ -81,6 +81,10 @@ def test_memory_sampler_counts_child_processes():
         assert sampler.result.samples >= 3
         assert sampler.result.peak_rss_mib >= sampler.result.baseline_rss_mib
         assert sampler.result.processes_at_peak >= 2
+        if sys.platform.startswith("linux"):  # PSS splits shared pages: never above the RSS sum
+            assert sampler.result.peak_pss_mib is not None
+            assert 0 < sampler.result.peak_pss_mib <= sampler.result.peak_rss_mib
+        assert sampler.result.driver_peak_rss_mib > 0 and sampler.result.top_at_peak
     finally:
         child.kill()
         child.wait()
@@ -117,8 +121,9 @@ def test_serial_loops_and_sweep_report_as_json_and_markdown(tmp_path, empty_mode
     assert data["stand_in_models"] == ["arcface_w600k_r50", "gfpgan_1.4", "inswapper_128"]
     assert data["stand_in_variant"] == "light"
     for key in ("cpu_model", "logical_cores", "ram_gib", "gpus", "onnxruntime", "ray", "providers_used",
-                "load_average_at_start", "load_average_at_end"):
+                "load_average_at_start", "load_average_at_end", "code"):
         assert key in data["machine"]
+    assert set(data["machine"]["code"]) == {"package_path", "commit", "dirty_files"}
     assert data["video"]["frames"] == 6 and data["video"]["width"] == 160
     assert set(data["serial"]) == {"square", "fit"}
     assert data["serial"]["square"]["detector_canvas_hw"] == [320, 320]
