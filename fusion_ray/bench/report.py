@@ -208,16 +208,17 @@ def _sweep_lines(sweep: SweepResult) -> list[str]:
            f"Wrapper calls (pre-processing + session.run + post-processing) on random crops, "
            f"{sweep.intra_op_threads} ORT thread(s); {sweep.warmup} warm-up call(s) per batch size discarded, "
            f"median of {sweep.repeats} timed call(s).", "",
-           "| model | kind | file | batch | median call ms | per-face ms | faces/s |", "|---|---|---|---|---|---|---|"]
+           "| model | kind | file | batch | median call ms | per-face ms | faces/s | peak RSS MiB |",
+           "|---|---|---|---|---|---|---|---|"]
     for m in sweep.models.values():
         kind = f"STAND-IN ({m.variant})" if m.stand_in else "real"
         if m.fixed_batch is not None:
             kind += f", fixed batch {m.fixed_batch} (looped)"
         for point in m.points:
             out.append(f"| {m.name} | {kind} | `{Path(m.path).name}` | {point.batch} | {point.median_ms:.1f} | "
-                       f"{point.per_face_ms:.1f} | {point.faces_per_s:.1f} |")
+                       f"{point.per_face_ms:.1f} | {point.faces_per_s:.1f} | {point.peak_rss_mib:.0f} |")
         if m.skipped:
             out.append(f"| {m.name} | {kind} | | {', '.join(map(str, m.skipped))} | not run (capped at batch "
-                       f"{m.cap}) | | |")
+                       f"{m.cap}) | | | |")
     out.append("")
     return out

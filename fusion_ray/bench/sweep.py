@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from fusion_ray.bench.memory import PeakMemorySampler
 from fusion_ray.bench.models import BenchModels
 from fusion_ray.config import RuntimeConfig
 from fusion_ray.models.embedder import ArcFaceEmbedder
@@ -39,6 +40,8 @@ SWEEP_ROLES: tuple[str, ...] = ("embedder", "swapper", "enhancer")
 class SweepPoint:
     batch: int
     calls_ms: list[float]
+    peak_rss_mib: float = 0.0
+    """This process's peak RSS while the batch size ran (activations grow with the batch)."""
 
     @property
     def median_ms(self) -> float:
@@ -55,7 +58,8 @@ class SweepPoint:
     def to_json(self) -> dict[str, Any]:
         return {"batch": self.batch, "calls_ms": [round(c, 2) for c in self.calls_ms],
                 "median_call_ms": round(self.median_ms, 2), "min_call_ms": round(min(self.calls_ms), 2),
-                "per_face_ms": round(self.per_face_ms, 2), "faces_per_s": round(self.faces_per_s, 2)}
+                "per_face_ms": round(self.per_face_ms, 2), "faces_per_s": round(self.faces_per_s, 2),
+                "peak_rss_mib": round(self.peak_rss_mib, 1)}
 
 
 @dataclass
@@ -149,14 +153,16 @@ def run_sweep(models: BenchModels, *, batches: Sequence[int] = DEFAULT_BATCHES, 
             if progress is not None:
                 progress(model.name, batch)
             part, lat = crops[:batch], latents[:batch]
-            for _ in range(warmup):
-                call(part, lat)
             calls = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                call(part, lat)
-                calls.append((time.perf_counter() - t0) * 1000.0)
-            sweep.points.append(SweepPoint(batch, calls))
+            with PeakMemorySampler(0.5, pss=False) as sampler:
+                for _ in range(warmup):
+                    call(part, lat)
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    call(part, lat)
+                    calls.append((time.perf_counter() - t0) * 1000.0)
+            assert sampler.result is not None
+            sweep.points.append(SweepPoint(batch, calls, sampler.result.peak_rss_mib))
         result.models[model.name] = sweep
     result.wall_s = time.perf_counter() - start
     return result
