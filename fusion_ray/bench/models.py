@@ -13,6 +13,7 @@ decision is recorded in :class:`BenchModel` for the report.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Mapping
@@ -112,8 +113,13 @@ def _standin_path(work_dir: Path, name: str, variant: str) -> Path:
 
 
 def _dynamic_copy(work_dir: Path, name: str, src: Path, threads: int) -> Path:
-    """A batch-dynamic copy of ``src`` in the work directory (re-used while newer than ``src``)."""
-    dst = work_dir / "dynamic" / f"{name}.onnx"
+    """A batch-dynamic copy of ``src`` in the work directory (re-used while newer than ``src``).
+
+    The copy is keyed by the source file, not just the model name: a light and a
+    cost-faithful stand-in of the same model must never share a cached copy.
+    """
+    key = hashlib.sha1(str(src.resolve()).encode()).hexdigest()[:10]
+    dst = work_dir / "dynamic" / key / f"{name}.onnx"
     if dst.is_file() and dst.stat().st_mtime_ns >= src.stat().st_mtime_ns:
         return dst
     report = make_batch_dynamic(src, dst, check_batch=2, threads=threads)
