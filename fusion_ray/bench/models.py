@@ -113,14 +113,16 @@ def _standin_path(work_dir: Path, name: str, variant: str) -> Path:
 
 
 def _dynamic_copy(work_dir: Path, name: str, src: Path, threads: int) -> Path:
-    """A batch-dynamic copy of ``src`` in the work directory (re-used while newer than ``src``).
+    """A batch-dynamic copy of ``src`` in the work directory.
 
-    The copy is keyed by the source file, not just the model name: a light and a
-    cost-faithful stand-in of the same model must never share a cached copy.
+    The copy is keyed by the source file (path, size and mtime), not just the model name: a
+    light and a cost-faithful stand-in of the same model must never share a cached copy, and
+    a source replaced in place (even by an older file) gets a fresh copy.
     """
-    key = hashlib.sha1(str(src.resolve()).encode()).hexdigest()[:10]
+    stat = src.stat()
+    key = hashlib.sha1(f"{src.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     dst = work_dir / "dynamic" / key / f"{name}.onnx"
-    if dst.is_file() and dst.stat().st_mtime_ns >= src.stat().st_mtime_ns:
+    if dst.is_file():
         return dst
     report = make_batch_dynamic(src, dst, check_batch=2, threads=threads)
     write_hash_record(dst, "generated")
@@ -162,11 +164,11 @@ def prepare_models(cfg: EngineConfig, *, standins: Variant, work_dir: Path, batc
             else:
                 path = _standin_path(work_dir, name, standins)
                 generated = True
-        label = read_stand_in_label(path)
         copy_of: str | None = None
         if batch_dynamic and role in ("embedder", "swapper", "enhancer") and _fixed_batch(path):
             copy_of = str(path)
             path = _dynamic_copy(work_dir, name, path, threads)
+        label = read_stand_in_label(path)  # of the file actually used
         paths[name] = path
         models[role] = BenchModel(role=role, name=name, path=str(path), stand_in=label is not None,
                                   variant=label.get("variant") if label else None, generated=generated,

@@ -2,8 +2,10 @@
 and the JSON / Markdown reports. Behaviour only: no timing is asserted."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -51,6 +53,22 @@ def test_absent_models_become_labelled_standins_with_batch_dynamic_copies(bench_
     assert "STAND-IN" in summary and "inswapper_128 (light)" in summary
     assert bench_models.engine.models.paths["inswapper_128"] == models["swapper"].path or \
         str(bench_models.engine.models.paths["inswapper_128"]) == models["swapper"].path
+
+
+def test_labels_describe_the_file_used_and_copies_follow_their_source(tmp_path, bench_models, empty_models_cfg):
+    from fusion_ray.models.standins import read_stand_in_label
+
+    for model in bench_models.models.values():
+        label = read_stand_in_label(Path(model.path))
+        assert (label or {}).get("variant") == model.variant
+    # A changed source file gets a new batch-dynamic copy instead of a stale one.
+    work = Path(bench_models.models["swapper"].batch_dynamic_copy_of).parents[2]
+    again = prepare_models(empty_models_cfg, standins="light", work_dir=work)
+    assert again.models["swapper"].path == bench_models.models["swapper"].path
+    source = Path(bench_models.models["swapper"].batch_dynamic_copy_of)
+    os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 10**9))
+    changed = prepare_models(empty_models_cfg, standins="light", work_dir=work)
+    assert changed.models["swapper"].path != bench_models.models["swapper"].path
 
 
 def test_models_found_in_the_models_dir_are_used_as_they_are(tmp_path, models_config):
