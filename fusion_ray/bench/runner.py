@@ -107,7 +107,8 @@ def prepare_video(options: BenchOptions, face: Path | None, sources: tuple[Path,
     assert face is not None
     width, height = options.size_wh
     fps = Fraction(options.fps)
-    path = options.work_dir / f"bench_{width}x{height}_{options.frames}f_{fps.numerator}_{fps.denominator}.mp4"
+    path = options.work_dir / (f"bench_{face.stem}_{width}x{height}_{options.frames}f_"
+                               f"{fps.numerator}_{fps.denominator}.mp4")
     if path.is_file():
         try:
             info = probe(path)
