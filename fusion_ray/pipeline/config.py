@@ -40,9 +40,10 @@ class PipelineConfig(_Config):
     block_frames: int = Field(default=16, ge=1, description="Frames per block yielded by a read task.")
     read_num_cpus: float = Field(default=0.2, gt=0.0, description="Logical CPUs per read (decode) task.")
     read_tasks: int = Field(default=2, ge=1, description="Segments decoded at once (bounds decode-ahead).")
-    block_mb: float = Field(default=32.0, gt=0.0, description="A read block holds at most this much pixel data.")
+    block_mb: float = Field(default=8.0, gt=0.0, description="A block holds at most this much pixel data (and "
+                            "Ray Data's target block size), so frames stream a few at a time.")
     object_store_mb: float | None = Field(
-        default=512.0, gt=0.0, description="Ray Data's object-store budget for this job's in-flight frames; "
+        default=128.0, gt=0.0, description="Ray Data's object-store budget for this job's in-flight frames; "
         "keeps memory flat whatever the video length (None: Ray's default, a share of the node's memory).")
     detect: StageResources = StageResources(num_cpus=0.4, min_actors=2, max_actors=2, batch_size=4, threads=1)
     swap: StageResources = StageResources(num_cpus=0.2, num_gpus=0.5, batch_size=16)

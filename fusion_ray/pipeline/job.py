@@ -290,11 +290,6 @@ def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: lis
 
     largest = max(u.frame_hw[0] * u.frame_hw[1] * 3 for u in units)
     block_frames = max(1, min(pipeline.block_frames, int(pipeline.block_mb * 2**20 // largest)))
-    ds = ray.data.read_datasource(FrameDatasource(units, block_frames), num_cpus=pipeline.read_num_cpus,
-                                  compute=ray.data.TaskPoolStrategy(size=pipeline.read_tasks))
-    ds = build_pipeline(ds, engine_cfg, pipeline, identities, reference=reference, gpus_available=gpus_available,
-                        sink=Sink(writers, segment_spans, images))
-
     names = [*stage_names(engine_cfg), "encode"]
     for name in names:
         report.stages.setdefault(name, StageStats())
@@ -302,7 +297,13 @@ def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: lis
     finishing: dict[Any, SegmentKey] = {}
     done_frames = 0
     try:
+        # A dataset copies the DataContext when it is created: set it up first.
         with _data_context(pipeline):
+            ds = ray.data.read_datasource(
+                FrameDatasource(units, block_frames), num_cpus=pipeline.read_num_cpus,
+                compute=ray.data.TaskPoolStrategy(size=pipeline.read_tasks), override_num_blocks=len(units))
+            ds = build_pipeline(ds, engine_cfg, pipeline, identities, reference=reference,
+                                gpus_available=gpus_available, sink=Sink(writers, segment_spans, images))
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
                 done_frames += _account(batch, results, report, names, seen)
                 for key, count in list(seen.items()):
@@ -356,8 +357,11 @@ def _data_context(pipeline: PipelineConfig) -> Iterator[None]:
 
     ctx = DataContext.get_current()
     saved = (ctx.enable_progress_bars, ctx.execution_no_progress_timeout_s,  # type: ignore[attr-defined]
-             ctx.execution_options.resource_limits)
+             ctx.execution_options.resource_limits, ctx.target_max_block_size)
     ctx.enable_progress_bars = pipeline.progress_bars
+    # Ray Data merges blocks up to this size: keep read blocks small so frames stream through
+    # the stages (and reach the writers) a few at a time instead of a segment at a time.
+    ctx.target_max_block_size = int(pipeline.block_mb * 2**20)
     if pipeline.no_progress_timeout_s is not None:
         ctx.execution_no_progress_timeout_s = pipeline.no_progress_timeout_s  # type: ignore[attr-defined]
     if pipeline.object_store_mb is not None:
@@ -367,7 +371,7 @@ def _data_context(pipeline: PipelineConfig) -> Iterator[None]:
         yield
     finally:
         (ctx.enable_progress_bars, ctx.execution_no_progress_timeout_s,  # type: ignore[attr-defined]
-         ctx.execution_options.resource_limits) = saved
+         ctx.execution_options.resource_limits, ctx.target_max_block_size) = saved
 
 
 def _account(batch: Mapping[str, Any], results: list[ItemResult], report: JobReport,
