@@ -77,7 +77,7 @@ def _steady_fps(marks: list[tuple[float, int]]) -> float:
 
 def run_pipeline(video: Path, sources: Sequence[Path], cfg: JobConfig, *, work_dir: Path,
                  address: str | None = None, num_cpus: int | None = None, shutdown: bool = True,
-                 memory_interval_s: float = 0.5) -> PipelineResult:
+                 memory_interval_s: float = 0.5, memory_pss: bool = False) -> PipelineResult:
     """Run ``video`` through the Ray Data pipeline; FusionRayError when the job does not finish it."""
     import ray
 
@@ -88,7 +88,8 @@ def run_pipeline(video: Path, sources: Sequence[Path], cfg: JobConfig, *, work_d
     output = work_dir / "pipeline.mp4"
     output.unlink(missing_ok=True)
     # Ray workers started elsewhere are not our descendants: count them by name then.
-    with PeakMemorySampler(memory_interval_s, include_ray_processes=address is not None) as sampler:
+    with PeakMemorySampler(memory_interval_s, include_ray_processes=address is not None,
+                           pss=memory_pss) as sampler:
         start = time.perf_counter()
         started_here = not ray.is_initialized()
         connect(address, num_cpus=num_cpus)

@@ -70,6 +70,8 @@ class BenchOptions:
     sweep_threads: int | None = None
     sweep_roles: tuple[str, ...] = SWEEP_ROLES
     memory_interval_s: float = 0.5
+    memory_pss: bool = False
+    """Also sample PSS (costly: perturbs throughput; for memory checks)."""
     command: str = "fusion-ray bench"
 
 
@@ -157,12 +159,14 @@ def run_bench(options: BenchOptions, progress: Progress | None = None) -> BenchR
             report.serial[canvas] = run_serial(video, sources, models.engine, canvas=canvas,
                                                work_dir=options.work_dir, cpu_budget=cpus,
                                                encode_options=options.pipeline.encode_options,
-                                               memory_interval_s=options.memory_interval_s)
+                                               memory_interval_s=options.memory_interval_s,
+                                               memory_pss=options.memory_pss)
         if "pipeline" in options.parts:
             say("Ray Data pipeline")
             job = JobConfig(engine=models.engine, pipeline=options.pipeline)
             report.pipeline = run_pipeline(video, sources, job, work_dir=options.work_dir, address=options.address,
-                                           num_cpus=options.ray_num_cpus, memory_interval_s=options.memory_interval_s)
+                                           num_cpus=options.ray_num_cpus, memory_interval_s=options.memory_interval_s,
+                                           memory_pss=options.memory_pss)
         _check_same_work(report)
     if "sweep" in options.parts:
         report.sweep = run_sweep(models, batches=options.sweep_batches, repeats=options.sweep_repeats,

@@ -90,7 +90,7 @@ def with_canvas(cfg: EngineConfig, canvas: Canvas) -> EngineConfig:
 
 def run_serial(video: Path, sources: Sequence[Path], cfg: EngineConfig, *, canvas: Canvas, work_dir: Path,
                cpu_budget: float, encode_options: EncodeOptions | None = None,
-               memory_interval_s: float = 0.5) -> SerialResult:
+               memory_interval_s: float = 0.5, memory_pss: bool = False) -> SerialResult:
     """Run the serial loop over ``video`` and write the result (with audio) into ``work_dir``."""
     cfg = with_canvas(cfg, canvas)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -99,7 +99,7 @@ def run_serial(video: Path, sources: Sequence[Path], cfg: EngineConfig, *, canva
     totals: dict[str, float] = defaultdict(float)
     counts = {"frames": 0, "detected": 0, "swapped": 0}
     first: dict[str, float] = {}
-    with PeakMemorySampler(memory_interval_s) as sampler:
+    with PeakMemorySampler(memory_interval_s, pss=memory_pss) as sampler:
         start = time.perf_counter()
         engine = Engine.load(cfg, cpu_budget=cpu_budget)
         identity = load_sources(engine, sources)

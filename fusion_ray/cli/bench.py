@@ -65,6 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     out.add_argument("--markdown", type=Path, help="write the Markdown tables here (they are also printed)")
     out.add_argument("--work-dir", type=Path,
                      help="keep generated videos and models here (default: a temporary directory, removed)")
+    out.add_argument("--memory-pss", action="store_true",
+                     help="also sample PSS (shared pages counted once; costs ~12 ms per process per sample, "
+                          "so it slows the runs: for memory checks)")
     out.add_argument("--memory-interval", type=float, default=0.5, help="memory sampling period, s (default 0.5)")
 
     add_engine_arguments(parser)
@@ -143,6 +146,7 @@ def options_from_args(args: argparse.Namespace, work_dir: Path):  # type: ignore
         batch_dynamic=args.batch_dynamic, sweep_batches=_ints(args.sweep_batches, "--sweep-batches"),
         sweep_repeats=args.sweep_repeats, sweep_warmup=args.sweep_warmup, sweep_caps=_caps(args.sweep_cap),
         sweep_threads=args.sweep_threads, sweep_roles=roles, memory_interval_s=args.memory_interval,
+        memory_pss=args.memory_pss,
         command=_command_line(args))
 
 

@@ -90,7 +90,7 @@ def test_memory_sampler_counts_child_processes():
     try:
         total, count = tree_rss()
         assert count >= 2 and total > 0
-        with PeakMemorySampler(0.05) as sampler:
+        with PeakMemorySampler(0.05, pss=True) as sampler:
             buffer = bytearray(64 * 2**20)  # noqa: F841 - held while sampled
             import time
 
@@ -103,6 +103,10 @@ def test_memory_sampler_counts_child_processes():
             assert sampler.result.peak_pss_mib is not None
             assert 0 < sampler.result.peak_pss_mib <= sampler.result.peak_rss_mib
         assert sampler.result.driver_peak_rss_mib > 0 and sampler.result.top_at_peak
+        assert sampler.result.system_added_peak_mib >= 0
+        with PeakMemorySampler(0.05) as cheap:  # PSS is opt-in (reading it is slow)
+            time.sleep(0.1)
+        assert cheap.result is not None and cheap.result.peak_pss_mib is None
     finally:
         child.kill()
         child.wait()
