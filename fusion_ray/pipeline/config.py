@@ -57,6 +57,10 @@ class PipelineConfig(_Config):
     writers: int = Field(default=1, ge=1, description="Segment writer actors (each encodes several segments).")
     writer_num_cpus: float = Field(default=0.1, gt=0.0)
     encode_options: EncodeOptions = EncodeOptions()
+    actor_start_timeout_s: int = Field(
+        default=600, ge=1, description="Frames are dispatched once every pool's min_actors have started, "
+        "waiting at most this long (then the job fails: the cluster cannot host the pools). Without the "
+        "wait, the first actor up takes every block of a short clip and Ray Data cancels the others.")
     no_progress_timeout_s: float | None = Field(
         default=None, gt=0.0, description="Fail the job when no progress is made for this long (None: Ray's default).")
     progress_bars: bool = Field(default=True, description="Show Ray Data's progress bars.")

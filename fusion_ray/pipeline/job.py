@@ -357,8 +357,12 @@ def _data_context(pipeline: PipelineConfig) -> Iterator[None]:
 
     ctx = DataContext.get_current()
     saved = (ctx.enable_progress_bars, ctx.execution_no_progress_timeout_s,  # type: ignore[attr-defined]
-             ctx.execution_options.resource_limits, ctx.target_max_block_size)
+             ctx.execution_options.resource_limits, ctx.target_max_block_size, ctx.wait_for_min_actors_s)
     ctx.enable_progress_bars = pipeline.progress_bars
+    # Start dispatching once every pool has its min_actors: otherwise the first actor up takes
+    # the blocks of a short clip (two tasks in flight per actor) and, the input consumed, Ray
+    # Data cancels the actors still starting, so one actor does all the work.
+    ctx.wait_for_min_actors_s = pipeline.actor_start_timeout_s
     # Ray Data merges blocks up to this size: keep read blocks small so frames stream through
     # the stages (and reach the writers) a few at a time instead of a segment at a time.
     ctx.target_max_block_size = int(pipeline.block_mb * 2**20)
@@ -371,7 +375,7 @@ def _data_context(pipeline: PipelineConfig) -> Iterator[None]:
         yield
     finally:
         (ctx.enable_progress_bars, ctx.execution_no_progress_timeout_s,  # type: ignore[attr-defined]
-         ctx.execution_options.resource_limits, ctx.target_max_block_size) = saved
+         ctx.execution_options.resource_limits, ctx.target_max_block_size, ctx.wait_for_min_actors_s) = saved
 
 
 def _account(batch: Mapping[str, Any], results: list[ItemResult], report: JobReport,

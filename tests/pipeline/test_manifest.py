@@ -79,12 +79,3 @@ def test_outputs_are_confined_to_the_root(tmp_path, output, ok):
         with pytest.raises(InputError, match="outside the output root"):
             confine(root / output, root)
 
-
-def test_checked_in_pipeline_config_loads():
-    from fusion_ray.pipeline.config import PipelineConfig, load_job_config
-    from tests.conftest import REPO_ROOT
-
-    cfg = load_job_config(REPO_ROOT / "configs" / "pipeline.yaml")
-    assert cfg.pipeline.detect.min_actors == 2 and cfg.engine.detector.canvas == "fit"
-    assert cfg.pipeline == PipelineConfig()  # the file documents the defaults
-    cfg.pipeline.check_fits(2.0, enhance=True, gpus_available=False)  # fits this 2-core machine

@@ -7,7 +7,6 @@ from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
-import cv2
 import numpy as np
 import pytest
 
@@ -26,13 +25,6 @@ from fusion_ray.video import (
 NTSC = Fraction(30000, 1001)
 N_FRAMES = 96
 NO_FACE = (7, 50)
-
-
-@pytest.fixture(scope="module")
-def face(images_dir: Path) -> np.ndarray:
-    image = cv2.imread(str(images_dir / "obama.jpg"))
-    assert image is not None
-    return image
 
 
 @pytest.fixture(scope="module")

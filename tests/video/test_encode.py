@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import av
-import cv2
 import numpy as np
 import pytest
 
@@ -56,9 +55,7 @@ def _leftovers(directory: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory: pytest.TempPathFactory, images_dir: Path) -> Path:
-    face = cv2.imread(str(images_dir / "obama.jpg"))
-    assert face is not None
+def source(tmp_path_factory: pytest.TempPathFactory, face: np.ndarray) -> Path:
     path = tmp_path_factory.mktemp("encode") / "source.mp4"
     return make_test_video(path, face_image=face, n_frames=N_FRAMES, fps=NTSC, size_wh=SIZE_WH,
                            no_face_frames=(10, 11), gop=30)

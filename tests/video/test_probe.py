@@ -5,7 +5,6 @@ from __future__ import annotations
 from fractions import Fraction
 from pathlib import Path
 
-import cv2
 import numpy as np
 import pytest
 
@@ -20,13 +19,6 @@ from fusion_ray.video import (
 )
 
 NTSC = Fraction(30000, 1001)
-
-
-@pytest.fixture(scope="module")
-def face(images_dir: Path) -> np.ndarray:
-    image = cv2.imread(str(images_dir / "obama.jpg"))
-    assert image is not None
-    return image
 
 
 @pytest.fixture(scope="module")
