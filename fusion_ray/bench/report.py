@@ -165,7 +165,9 @@ class BenchReport:
             for name, st in p.stages.items():
                 out.append(f"| {name} | {st['busy_s']:.2f} | {st['ms_per_frame']:.1f} | {st['idle_s']:.2f} | "
                            f"{st['idle_ratio']:.2f} |")
-            out += ["", "Idle ratio = time the stage's actors waited for input / (waiting + working).", ""]
+            out += ["", "Idle ratio = time the stage's actors waited for input / (waiting + working). With the "
+                    "stages fused in one CPU pool (no GPU), the pool's waiting shows on the first stage and "
+                    "the others show none.", ""]
         return out
 
 

@@ -12,6 +12,7 @@ Two layouts of the same stage classes:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -67,18 +68,23 @@ class StageSpec:
 class FusedStage:
     """Several stages run in order inside one actor.
 
-    Each stage still reports its busy time; only the first reports waiting, because the
-    others never wait for input inside a fused actor.
+    Each stage still reports its busy time. Only the first reports waiting, and its waiting
+    is the actor's: the time between the end of the previous chain and this call (the time
+    between two of its own calls would count the other stages' work as waiting).
     """
 
     def __init__(self, specs: Sequence[StageSpec]) -> None:
         self.stages = [spec.build() for spec in specs]
+        self._last_end = time.perf_counter()
 
     def __call__(self, batch: Batch) -> Batch:
-        for position, stage in enumerate(self.stages):
+        idle_s = time.perf_counter() - self._last_end
+        for stage in self.stages:
             batch = stage(batch)
-            if position:
-                batch[f"idle_ms_{stage.name}"] = np.zeros_like(batch[f"idle_ms_{stage.name}"])
+            batch[f"idle_ms_{stage.name}"] = np.zeros_like(batch[f"idle_ms_{stage.name}"])
+        first = f"idle_ms_{self.stages[0].name}"
+        batch[first] = np.full_like(batch[first], idle_s * 1000.0 / max(len(batch[first]), 1))
+        self._last_end = time.perf_counter()
         return batch
 
 

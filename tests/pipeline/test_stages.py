@@ -1,5 +1,7 @@
 """Stage classes called directly on dict batches, without Ray."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ from fusion_ray.pipeline.stages import (
     EnhanceStage,
     PasteEnhancedStage,
     PasteStage,
+    Stage,
     StageInputError,
     SwapStage,
     stage_names,
@@ -96,3 +99,31 @@ def test_fused_stage_equals_the_chain(models_config, images_dir, frames):
         assert np.array_equal(out["frame"][i], chained["frame"][i])
     assert [s.name for s in fused.stages] == stage_names(cfg)
     assert out["idle_ms_detect"].shape == (3,) and not out["idle_ms_swap"].any()  # only the first stage waits
+
+
+def test_fused_stage_reports_the_actors_waiting_not_its_other_stages_work():
+    from fusion_ray.pipeline.build import FusedStage, StageSpec
+    from fusion_ray.pipeline.config import StageResources
+
+    class Slow(Stage):
+        name = "slow"
+
+        def process(self, batch):
+            time.sleep(0.2)
+
+    class Quick(Stage):
+        name = "quick"
+
+        def process(self, batch):
+            pass
+
+    specs = [StageSpec(Quick, (), {}, StageResources()), StageSpec(Slow, (), {}, StageResources())]
+    fused = FusedStage(specs)
+    batch = {"frame": np.zeros((2, 4, 4, 3), np.uint8)}
+    fused(batch)
+    time.sleep(0.1)  # the actor waits for its next input
+    out = fused(batch)
+    waited = out["idle_ms_quick"].sum()
+    assert 90 <= waited < 280  # the 0.1 s wait; counting the slow stage's 0.2 s would give 300+
+    assert not out["idle_ms_slow"].any()
+    assert out["busy_ms_slow"].sum() >= 190
