@@ -11,6 +11,7 @@ import numpy as np
 
 from fusion_ray.bench.report import BenchReport
 from fusion_ray.bench.sweep import SweepResult
+from fusion_ray.pipeline.build import FUSED_POOL
 
 
 def _pyplot() -> Any:
@@ -73,8 +74,8 @@ def stage_breakdown_chart(report: BenchReport) -> Any:
     runs: list[tuple[str, dict[str, float]]] = [(f"serial\n{c} canvas", dict(s.stage_ms))
                                                 for c, s in report.serial.items()]
     if report.pipeline is not None:
-        runs.append(("pipeline\n(busy, all actors)",
-                     {name: st["ms_per_frame"] for name, st in report.pipeline.stages.items()}))
+        runs.append(("pipeline\n(busy, all actors)",  # a fused pool's own row would count its stages twice
+                     {name: st["ms_per_frame"] for name, st in report.pipeline.stages.items() if name != FUSED_POOL}))
     if not runs:
         raise ValueError("the report has no serial or pipeline run")
     steps: list[str] = []

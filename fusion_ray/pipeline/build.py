@@ -65,12 +65,17 @@ class StageSpec:
         return self.cls(*self.args, **self.kwargs)
 
 
+FUSED_POOL = "fused"
+"""The stage name under which a fused pool reports its own busy and waiting time."""
+
+
 class FusedStage:
     """Several stages run in order inside one actor.
 
-    Each stage still reports its busy time. Only the first reports waiting, and its waiting
-    is the actor's: the time between the end of the previous chain and this call (the time
-    between two of its own calls would count the other stages' work as waiting).
+    Each stage still reports its busy time and no waiting (inside the actor nothing waits for
+    input). The actor itself reports as the stage ``FUSED_POOL``: busy for the whole chain,
+    waiting for the time between the end of one chain and the next call, so its idle ratio is
+    the pool's.
     """
 
     def __init__(self, specs: Sequence[StageSpec]) -> None:
@@ -78,13 +83,15 @@ class FusedStage:
         self._last_end = time.perf_counter()
 
     def __call__(self, batch: Batch) -> Batch:
-        idle_s = time.perf_counter() - self._last_end
+        start = time.perf_counter()
         for stage in self.stages:
             batch = stage(batch)
             batch[f"idle_ms_{stage.name}"] = np.zeros_like(batch[f"idle_ms_{stage.name}"])
-        first = f"idle_ms_{self.stages[0].name}"
-        batch[first] = np.full_like(batch[first], idle_s * 1000.0 / max(len(batch[first]), 1))
-        self._last_end = time.perf_counter()
+        end = time.perf_counter()
+        rows = len(batch[f"busy_ms_{self.stages[0].name}"])
+        batch[f"busy_ms_{FUSED_POOL}"] = np.full(rows, (end - start) * 1000.0 / max(rows, 1))
+        batch[f"idle_ms_{FUSED_POOL}"] = np.full(rows, (start - self._last_end) * 1000.0 / max(rows, 1))
+        self._last_end = end
         return batch
 
 

@@ -28,7 +28,7 @@ from fusion_ray.errors import ConfigError, FusionRayError, InputError
 from fusion_ray.fsutil import atomic_write_bytes
 from fusion_ray.image import load_reference, metadata_for
 from fusion_ray.imageio import read_image
-from fusion_ray.pipeline.build import Sink, build_pipeline, cluster_gpus
+from fusion_ray.pipeline.build import FUSED_POOL, Sink, build_pipeline, cluster_gpus
 from fusion_ray.pipeline.config import JobConfig, PipelineConfig
 from fusion_ray.pipeline.datasource import FrameDatasource, ReadUnit
 from fusion_ray.pipeline.stages import stage_names
@@ -291,6 +291,8 @@ def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: lis
     largest = max(u.frame_hw[0] * u.frame_hw[1] * 3 for u in units)
     block_frames = max(1, min(pipeline.block_frames, int(pipeline.block_mb * 2**20 // largest)))
     names = [*stage_names(engine_cfg), "encode"]
+    if pipeline.fused(gpus_available):
+        names.append(FUSED_POOL)
     for name in names:
         report.stages.setdefault(name, StageStats())
     seen: dict[SegmentKey, int] = {}

@@ -77,7 +77,11 @@ def test_good_items_finish_and_the_bad_one_is_reported(first_run):
     assert not list(out.glob("*.fusion_ray_parts")) and not list(out.glob(".*.part"))
     saved = json.loads((out / "report.json").read_text())
     assert saved["counts"] == {"done": 3, "failed": 1}
-    assert set(saved["stages"]) == {"detect", "swap", "paste", "encode"}
+    # no GPU: one fused pool runs the chain and reports its own waiting
+    assert set(saved["stages"]) == {"detect", "swap", "paste", "encode", "fused"}
+    pool = saved["stages"]["fused"]
+    assert pool["busy_s"] >= sum(saved["stages"][s]["busy_s"] for s in ("detect", "swap", "paste")) > 0
+    assert 0 < pool["idle_ratio"] < 1 and saved["stages"]["detect"]["idle_s"] == 0
     assert saved["stand_in_models"] == ["arcface_w600k_r50", "inswapper_128"]
 
 

@@ -98,11 +98,11 @@ def test_fused_stage_equals_the_chain(models_config, images_dir, frames):
     for i in range(len(frames)):
         assert np.array_equal(out["frame"][i], chained["frame"][i])
     assert [s.name for s in fused.stages] == stage_names(cfg)
-    assert out["idle_ms_detect"].shape == (3,) and not out["idle_ms_swap"].any()  # only the first stage waits
+    assert out["idle_ms_fused"].shape == (3,) and not out["idle_ms_detect"].any()  # the pool waits, not its stages
 
 
-def test_fused_stage_reports_the_actors_waiting_not_its_other_stages_work():
-    from fusion_ray.pipeline.build import FusedStage, StageSpec
+def test_fused_stage_reports_the_pools_waiting_not_its_stages_work():
+    from fusion_ray.pipeline.build import FUSED_POOL, FusedStage, StageSpec
     from fusion_ray.pipeline.config import StageResources
 
     class Slow(Stage):
@@ -123,7 +123,7 @@ def test_fused_stage_reports_the_actors_waiting_not_its_other_stages_work():
     fused(batch)
     time.sleep(0.1)  # the actor waits for its next input
     out = fused(batch)
-    waited = out["idle_ms_quick"].sum()
+    waited = out[f"idle_ms_{FUSED_POOL}"].sum()
     assert 90 <= waited < 280  # the 0.1 s wait; counting the slow stage's 0.2 s would give 300+
-    assert not out["idle_ms_slow"].any()
-    assert out["busy_ms_slow"].sum() >= 190
+    assert out[f"busy_ms_{FUSED_POOL}"].sum() >= out["busy_ms_slow"].sum() >= 190
+    assert not out["idle_ms_quick"].any() and not out["idle_ms_slow"].any()
