@@ -8,7 +8,11 @@ variable                       meaning                                         d
 =============================  ==============================================  =================
 FUSION_RAY_NB_FRAMES           frames of the generated video                   120
 FUSION_RAY_NB_SIZE             its size, WxH                                   640x360
-FUSION_RAY_NB_STANDINS         stand-ins for absent models (serial/pipeline)   light
+FUSION_RAY_NB_STANDINS         stand-ins for absent models (serial/pipeline)   with a GPU:
+                                                                               cost_faithful;
+                                                                               on CPU: light
+                                                                               (about 1 s per
+                                                                               face otherwise)
 FUSION_RAY_NB_SWEEP_STANDINS   stand-ins for absent models in the sweep        cost_faithful
 FUSION_RAY_NB_SWEEP_BATCHES    batch sizes of the sweep                        1,2,4,8,16,32
 FUSION_RAY_NB_SWEEP_REPEATS    timed calls per batch size                      3
@@ -94,13 +98,14 @@ class NotebookParams:
 def notebook_params() -> NotebookParams:
     """Read the parameters from the environment (defaults: a full-size run)."""
     width, _, height = _env("FUSION_RAY_NB_SIZE", "640x360").lower().partition("x")
-    default_caps = "" if cuda_device_count() > 0 else ",".join(f"{k}={v}" for k, v in HEAVY_CPU_CAPS.items())
+    gpu = cuda_device_count() > 0
+    default_caps = "" if gpu else ",".join(f"{k}={v}" for k, v in HEAVY_CPU_CAPS.items())
     work = os.environ.get("FUSION_RAY_NB_WORK_DIR", "").strip()
     models_dir = os.environ.get("FUSION_RAY_MODELS", "").strip()
     return NotebookParams(
         frames=int(_env("FUSION_RAY_NB_FRAMES", "120")),
         size_wh=(int(width), int(height)),
-        standins=_variant(_env("FUSION_RAY_NB_STANDINS", "light")),
+        standins=_variant(_env("FUSION_RAY_NB_STANDINS", "cost_faithful" if gpu else "light")),
         sweep_standins=_variant(_env("FUSION_RAY_NB_SWEEP_STANDINS", "cost_faithful")),
         sweep_batches=tuple(int(b) for b in _env("FUSION_RAY_NB_SWEEP_BATCHES", "1,2,4,8,16,32").split(",")),
         sweep_repeats=int(_env("FUSION_RAY_NB_SWEEP_REPEATS", "3")),
