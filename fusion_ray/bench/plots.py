@@ -11,7 +11,7 @@ import numpy as np
 
 from fusion_ray.bench.report import BenchReport
 from fusion_ray.bench.sweep import SweepResult
-from fusion_ray.pipeline.build import FUSED_POOL
+from fusion_ray.pipeline.config import FUSED_POOL
 
 
 def _pyplot() -> Any:

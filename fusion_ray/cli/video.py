@@ -9,6 +9,7 @@ from pathlib import Path
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.errors import FusionRayError
+from fusion_ray.pipeline.config import FUSED_POOL
 
 
 class ProgressPrinter:
@@ -40,6 +41,9 @@ def print_summary(report, wall_s: float, report_path: Path | None) -> None:  # t
     print(f"{'stage':15} {'busy s':>8} {'idle s':>8} {'idle %':>7}", file=sys.stderr)
     for name, stats in report.stages.items():
         print(f"{name:15} {stats.busy_s:8.2f} {stats.idle_s:8.2f} {100 * stats.idle_ratio:6.1f}%", file=sys.stderr)
+    if FUSED_POOL in report.stages:
+        print(f"({FUSED_POOL}: no GPU, so one CPU actor pool runs every stage; its stages never wait, the pool does)",
+              file=sys.stderr)
     for item in report.items:
         if item.status == "failed":
             print(f"FAILED {item.target}: {item.error}", file=sys.stderr)

@@ -22,7 +22,7 @@ import ray
 from ray.data import ActorPoolStrategy, Dataset
 
 from fusion_ray.config import EngineConfig
-from fusion_ray.pipeline.config import PipelineConfig, StageResources
+from fusion_ray.pipeline.config import FUSED_POOL, PipelineConfig, StageResources
 from fusion_ray.pipeline.stages import (
     Batch,
     DetectStage,
@@ -63,10 +63,6 @@ class StageSpec:
 
     def build(self) -> Stage:
         return self.cls(*self.args, **self.kwargs)
-
-
-FUSED_POOL = "fused"
-"""The stage name under which a fused pool reports its own busy and waiting time."""
 
 
 class FusedStage:

@@ -11,6 +11,10 @@ from fusion_ray.config import EngineConfig, _Config, load_yaml_config
 from fusion_ray.errors import ConfigError
 from fusion_ray.video.encode import EncodeOptions
 
+FUSED_POOL = "fused"
+"""The stage name under which a fused pool (no GPU: one CPU pool runs the chain) reports its
+own busy and waiting time."""
+
 
 class StageResources(_Config):
     """Resources of one ``map_batches`` stage (an actor pool)."""

@@ -28,8 +28,8 @@ from fusion_ray.errors import ConfigError, FusionRayError, InputError
 from fusion_ray.fsutil import atomic_write_bytes
 from fusion_ray.image import load_reference, metadata_for
 from fusion_ray.imageio import read_image
-from fusion_ray.pipeline.build import FUSED_POOL, Sink, build_pipeline, cluster_gpus
-from fusion_ray.pipeline.config import JobConfig, PipelineConfig
+from fusion_ray.pipeline.build import Sink, build_pipeline, cluster_gpus
+from fusion_ray.pipeline.config import FUSED_POOL, JobConfig, PipelineConfig
 from fusion_ray.pipeline.datasource import FrameDatasource, ReadUnit
 from fusion_ray.pipeline.stages import stage_names
 from fusion_ray.pipeline.writer import (

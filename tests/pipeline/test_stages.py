@@ -102,8 +102,8 @@ def test_fused_stage_equals_the_chain(models_config, images_dir, frames):
 
 
 def test_fused_stage_reports_the_pools_waiting_not_its_stages_work():
-    from fusion_ray.pipeline.build import FUSED_POOL, FusedStage, StageSpec
-    from fusion_ray.pipeline.config import StageResources
+    from fusion_ray.pipeline.build import FusedStage, StageSpec
+    from fusion_ray.pipeline.config import FUSED_POOL, StageResources
 
     class Slow(Stage):
         name = "slow"
