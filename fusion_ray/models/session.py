@@ -12,6 +12,7 @@ import ctypes
 import functools
 import logging
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,32 @@ class SessionInfo:
     intra_op_threads: int
 
 
+def tensorrt_cache_dir(model_path: Path, runtime: RuntimeConfig) -> Path:
+    """Where TensorRT engines are cached, created if needed.
+
+    The configured directory (a ModelError if it cannot be created); else ``trt_cache`` beside
+    the model; else, when that folder cannot be written (read-only shared model storage), the
+    per-user cache ``~/.cache/fusion_ray/trt_cache``.
+    """
+    if runtime.tensorrt_cache_dir is not None:
+        try:
+            runtime.tensorrt_cache_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ModelError(f"cannot create the TensorRT engine cache {runtime.tensorrt_cache_dir}: {exc}") from exc
+        return runtime.tensorrt_cache_dir
+    beside = model_path.parent / "trt_cache"
+    try:
+        beside.mkdir(parents=True, exist_ok=True)
+        if os.access(beside, os.W_OK):
+            return beside
+    except OSError:
+        pass
+    fallback = Path.home() / ".cache" / "fusion_ray" / "trt_cache"
+    log.warning("cannot write the TensorRT engine cache beside the model (%s); using %s", beside, fallback)
+    fallback.mkdir(parents=True, exist_ok=True)
+    return fallback
+
+
 def create_session(path: Path, runtime: RuntimeConfig, *, cpu_budget: float | None) -> tuple[
         ort.InferenceSession, SessionInfo]:
     """Create an inference session for ``path`` with providers and threads from ``runtime``."""
@@ -110,8 +137,7 @@ def create_session(path: Path, runtime: RuntimeConfig, *, cpu_budget: float | No
     provider_args: list[Any] = []
     for name in providers:
         if name == "tensorrt":
-            cache = runtime.tensorrt_cache_dir or Path(path).parent / "trt_cache"
-            cache.mkdir(parents=True, exist_ok=True)
+            cache = tensorrt_cache_dir(Path(path), runtime)
             provider_args.append((_ORT_NAMES[name], {
                 "device_id": runtime.device_id,
                 "trt_fp16_enable": runtime.tensorrt_fp16,

@@ -44,3 +44,17 @@ def test_bad_model_file_is_a_model_error(tmp_path):
     bad.write_bytes(b"not onnx")
     with pytest.raises(ModelError, match="cannot load model"):
         create_session(bad, RuntimeConfig(providers=["cpu"]), cpu_budget=1)
+
+
+def test_tensorrt_cache_beside_the_model_or_in_the_user_cache(tmp_path, monkeypatch):
+    from fusion_ray.models.session import tensorrt_cache_dir
+
+    models = tmp_path / "models"
+    models.mkdir()
+    assert tensorrt_cache_dir(models / "m.onnx", RuntimeConfig()) == models / "trt_cache"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")  # the model's folder cannot hold a cache folder
+    assert tensorrt_cache_dir(blocked / "m.onnx", RuntimeConfig()) == tmp_path / "home/.cache/fusion_ray/trt_cache"
+    with pytest.raises(ModelError, match="TensorRT engine cache"):
+        tensorrt_cache_dir(models / "m.onnx", RuntimeConfig(tensorrt_cache_dir=blocked / "cache"))
