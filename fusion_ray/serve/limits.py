@@ -229,11 +229,11 @@ def read_image_header(data: bytes, name: str = "image") -> ImageHeader:
         if len(data) < 26:
             raise _malformed(name, fmt, "truncated")
         header_size = struct.unpack("<I", data[14:18])[0]
-        if header_size == 12:
-            width, height = struct.unpack("<hh", data[18:22])
-        else:
+        if header_size == 12:  # OS/2 BITMAPCOREHEADER: unsigned 16-bit, as OpenCV reads them
+            width, height = struct.unpack("<HH", data[18:22])
+        else:  # BITMAPINFOHEADER and later: signed 32-bit (a negative height is a top-down image)
             width, height = struct.unpack("<ii", data[18:26])
-        width, height = abs(width), abs(height)
+            width, height = abs(width), abs(height)
     if width <= 0 or height <= 0:
         raise _malformed(name, fmt, f"size {width}x{height}")
     return ImageHeader(fmt, int(width), int(height))

@@ -80,6 +80,25 @@ def test_pixel_cap_rejects_a_bomb_header_without_decoding():
     assert err.value.status == 413 and "100000x100000" in err.value.detail
 
 
+def core_bmp(width: int, height: int, pixels: bool = True) -> bytes:
+    """A 24-bit BMP with the 12-byte OS/2 BITMAPCOREHEADER (16-bit width and height)."""
+    body = b"\x00" * (((width * 3 + 3) & ~3) * height) if pixels else b""
+    offset = 14 + 12
+    return (b"BM" + struct.pack("<IHHI", offset + len(body), 0, 0, offset)
+            + struct.pack("<IHHHH", 12, width, height, 1, 24) + body)
+
+
+def test_os2_bmp_sizes_are_unsigned_like_the_decoder():
+    data = core_bmp(0xFFFF, 1)
+    decoded = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    assert decoded is not None and decoded.shape[:2] == (1, 0xFFFF)
+    header = read_image_header(data)
+    assert (header.format, header.width, header.height) == ("bmp", 0xFFFF, 1)
+    with pytest.raises(ApiError) as err:
+        check_image(core_bmp(0xFFFF, 0xFFFF, pixels=False), "target", max_pixels=24_000_000)
+    assert err.value.status == 413 and "65535x65535" in err.value.detail
+
+
 @pytest.mark.parametrize("data,status", [
     (b"hello, I am text", 415),
     (b"%PDF-1.7 ...", 415),
