@@ -1,3 +1,5 @@
+import tracemalloc
+
 import cv2
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ from fusion_ray.imageio import (
     read_image,
     read_jpeg_comments,
     read_png_text,
+    to_bgr_uint8,
     write_bytes_atomic,
 )
 
@@ -30,6 +33,30 @@ def test_decode_formats_to_bgr_uint8(image, dtype, channels, has_alpha):
     assert (loaded.frame == 200).all()
     assert loaded.source_dtype == dtype and loaded.source_channels == channels
     assert (loaded.alpha is not None) == has_alpha
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3, 4])
+def test_16_bit_rounds_every_value_like_rint(channels):
+    values = np.arange(65536, dtype=np.uint16).reshape(256, 256)
+    image = np.repeat(values[..., None], channels, axis=2) if channels > 1 else values
+    frame, alpha = to_bgr_uint8(image)
+    expected = np.rint(values.astype(np.float64) / 257.0).astype(np.uint8)
+    assert frame.dtype == np.uint8 and frame.shape == (256, 256, 3)
+    assert all(np.array_equal(frame[..., c], expected) for c in range(3))
+    assert (alpha is not None) == (channels in (2, 4))
+    if alpha is not None:
+        assert np.array_equal(alpha, expected)
+
+
+def test_16_bit_conversion_has_no_float_temporaries():
+    image = np.full((500, 600, 3), 1000, np.uint16)
+    tracemalloc.start()
+    try:
+        frame, _ = to_bgr_uint8(image)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * frame.nbytes  # the uint8 output and little else (float32 copies are 4x each)
 
 
 @pytest.mark.parametrize("data,message", [
