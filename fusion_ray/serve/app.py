@@ -29,6 +29,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ray import serve
+from ray.exceptions import RayActorError, RayTaskError
 from ray.serve import Application
 from ray.serve.config import BackpressureConfig
 from ray.serve.exceptions import BackPressureError, RayServeException
@@ -88,6 +89,22 @@ METRICS_FLUSH_S = 0.5
 READY_TIMEOUT_S = 5.0
 
 
+def downstream_error(exc: BaseException, stage: str, retry_headers: dict[str, str]) -> ApiError | None:
+    """The answer to Ray's error from a downstream call, or None when ``exc`` is not one of them.
+
+    A replica that is gone or restarting (RayActorError, ActorUnavailableError, which subclasses it;
+    Serve's own errors) is a 503 with Retry-After. A deployment method that raised (RayTaskError) is
+    a 500 naming only the stage: the remote traceback is logged here, never sent to the client.
+    """
+    if isinstance(exc, RayTaskError):
+        log.error("the %s stage raised", stage, exc_info=exc)
+        return ApiError(500, "stage_failed", f"the {stage} stage failed")
+    if isinstance(exc, (RayActorError, RayServeException)):
+        log.warning("the %s stage is unavailable: %s: %s", stage, type(exc).__name__, exc)
+        return ApiError(503, "stage_unavailable", f"the {stage} stage is unavailable; retry later", retry_headers)
+    return None
+
+
 def _error_response(exc: ApiError) -> JSONResponse:
     return JSONResponse(ErrorBody(error=exc.code, detail=exc.detail).model_dump(), status_code=exc.status,
                         headers=exc.headers)
@@ -140,7 +157,8 @@ class IngressCore:
         return {"Retry-After": str(self.limits.retry_after_s)}
 
     async def call(self, stage: str, make: Callable[[], Any]) -> Any:
-        """Call a downstream deployment, timing it; backpressure -> 503, timeout -> 504."""
+        """Call a downstream deployment, timing it; backpressure or a lost replica -> 503, timeout -> 504,
+        a method that raised -> 500 (see :func:`downstream_error`)."""
         start = time.perf_counter()
         try:
             return await wait_for(make(), self.limits.stage_timeout_s, stage)
@@ -148,9 +166,11 @@ class IngressCore:
             self.metrics.inc("fusion_ray_rejected_total", reason=f"{stage}_queue_full")
             raise ApiError(503, "overloaded", f"the {stage} stage is at its queue limit ({exc}); retry later",
                            self.retry_headers()) from exc
-        except RayServeException as exc:
-            raise ApiError(503, "stage_unavailable", f"the {stage} stage is unavailable: {exc}",
-                           self.retry_headers()) from exc
+        except (RayTaskError, RayActorError, RayServeException) as exc:
+            answer = downstream_error(exc, stage, self.retry_headers())
+            if answer is None:
+                raise
+            raise answer from exc
         finally:
             self.metrics.stage(stage, time.perf_counter() - start)
 
@@ -486,8 +506,11 @@ def create_api(core: IngressCore) -> FastAPI:
 
     @api.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        return _error_response(ApiError(500, "internal_error", f"{type(exc).__name__}: {exc}"))
+        answer = downstream_error(exc, "downstream", core.retry_headers())
+        if answer is None:  # the details (maybe a traceback, paths, data) stay in the server log
+            log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+            answer = ApiError(500, "internal_error", "internal server error (logged on the server)")
+        return _error_response(answer)
 
     image_responses: dict[int | str, dict[str, Any]] = {
         200: {"content": {"image/png": {}, "image/jpeg": {}},

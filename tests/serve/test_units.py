@@ -352,6 +352,55 @@ def test_backpressure_and_timeouts_map_to_503_and_504():
     assert ({"reason": "swap_queue_full"}, 1.0) in samples["fusion_ray_rejected_total"]
 
 
+def _core(**limits):
+    from fusion_ray.serve.app import IngressCore
+
+    threads = cv2.getNumThreads()
+    core = IngressCore(parse_settings({"limits": limits, "auth": {"token_env": None}}), None, None, None, None)
+    cv2.setNumThreads(threads)
+    return core
+
+
+def _raising(exc: BaseException):
+    async def fail():
+        raise exc
+    return fail
+
+
+def test_lost_replicas_are_503_and_failed_stages_500_without_the_remote_traceback():
+    from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
+
+    core = _core(retry_after_s=7)
+    for lost in (RayActorError(), ActorUnavailableError("the actor is restarting", None), ActorDiedError()):
+        with pytest.raises(ApiError) as err:
+            asyncio.run(core.call("detect", _raising(lost)))
+        assert err.value.status == 503 and err.value.headers == {"Retry-After": "7"}, lost
+    failed = RayTaskError("detect", "Traceback: /srv/secret.py line 3", ValueError("boom")).as_instanceof_cause()
+    with pytest.raises(ApiError) as err:
+        asyncio.run(core.call("detect", _raising(failed)))
+    assert err.value.status == 500 and err.value.body() == {"error": "stage_failed",
+                                                            "detail": "the detect stage failed"}
+
+
+def test_unexpected_errors_get_a_generic_answer():
+    import json
+
+    from ray.exceptions import ActorUnavailableError
+    from starlette.requests import Request
+
+    from fusion_ray.serve.app import create_api
+
+    core = _core(retry_after_s=3)
+    handler = create_api(core).exception_handlers[Exception]
+    request = Request({"type": "http", "method": "POST", "path": "/v1/swap", "headers": []})
+    response = asyncio.run(handler(request, RuntimeError("/srv/models/secret.onnx: bad")))
+    assert response.status_code == 500
+    body = json.loads(response.body)
+    assert body["error"] == "internal_error" and "secret" not in body["detail"] and "RuntimeError" not in body["detail"]
+    response = asyncio.run(handler(request, ActorUnavailableError("restarting", None)))
+    assert response.status_code == 503 and response.headers["Retry-After"] == "3"
+
+
 def _render(core) -> str:
     store = MetricsStore()
     store.merge(core.metrics.take())
