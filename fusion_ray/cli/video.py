@@ -48,8 +48,7 @@ def print_summary(report, wall_s: float, report_path: Path | None) -> None:  # t
         if item.status == "failed":
             print(f"FAILED {item.target}: {item.error}", file=sys.stderr)
         elif item.frames_failed:
-            print(f"note: {item.target}: {item.frames_failed} frame(s) failed and were passed through unchanged",
-                  file=sys.stderr)
+            print(f"note: {item.target}: {item.error or f'{item.frames_failed} frame(s) failed'}", file=sys.stderr)
     if report.stand_in_models:
         print(f"note: made with STAND-IN models ({', '.join(report.stand_in_models)}): not real swaps",
               file=sys.stderr)

@@ -5,6 +5,15 @@ reported, not fatal), embeds each distinct source once, streams all frames throu
 lets the segment writers encode, joins each finished video with its audio, renames it into
 place, and returns a report with frames/s, per-stage busy time and idle ratio.
 Completed outputs are skipped on re-run, so a job can be resumed by running it again.
+
+Failures are per item, and a failed item leaves no output (so a re-run retries it):
+
+- an image whose frame failed in a stage is ``failed`` and is not written;
+- a video frame that fails in a stage is passed through unchanged (a video cannot skip a
+  frame) and counted in ``frames_failed``. If every frame of a video failed, nothing was
+  swapped: the video is ``failed`` and not written. Otherwise it is ``done`` and its
+  ``error`` says how many frames failed (with the first frame's message);
+- an item that cannot be read or planned (corrupt, missing) is ``failed``.
 """
 
 from __future__ import annotations
@@ -76,6 +85,7 @@ class ItemResult:
     frames_failed: int = 0
     faces_swapped: int = 0
     error: str = ""
+    """Why the item failed; for a ``done`` video, how many of its frames failed (passed through)."""
 
 
 @dataclass
@@ -398,6 +408,8 @@ def _account(batch: Mapping[str, Any], results: list[ItemResult], report: JobRep
             result.frames_failed += 1
             if result.kind == "image":
                 _fail(result, error)
+            elif not result.error:
+                result.error = error  # the first failed frame's message, for the item's report
         key = (item, int(batch["segment"][row]))
         if seen.get(key, 0) >= 0:
             seen[key] = seen.get(key, 0) + 1
@@ -437,6 +449,10 @@ def _join(video: _Video, item: JobItem, result: ItemResult, metadata: Mapping[st
     if result.frames != video.info.frame_count:
         _fail(result, f"processed {result.frames} of {video.info.frame_count} frames")
         return
+    if result.frames_failed == result.frames:
+        # Nothing was swapped: writing the unchanged clip would make a re-run skip it.
+        _fail(result, f"every frame failed ({result.frames_failed} of {result.frames}); first: {result.error}")
+        return
     paths = [Path(video.finished[s.index]) for s in video.segments]
     try:
         join_segments(paths, item.output.expanduser().resolve(), fps=video.info.fps,
@@ -445,3 +461,6 @@ def _join(video: _Video, item: JobItem, result: ItemResult, metadata: Mapping[st
         _fail(result, exc)
         return
     result.status = "done"
+    if result.frames_failed:
+        result.error = (f"{result.frames_failed} of {result.frames} frame(s) failed and were passed through "
+                        f"unchanged; first: {result.error}")

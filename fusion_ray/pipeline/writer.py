@@ -6,7 +6,9 @@ single writer. The writer re-orders frames by index and streams them into a PyAV
 running in a thread, one per open segment; a segment's file is complete once its last frame
 is in. No process ever holds a whole video: a writer holds only frames that arrived out of
 order, and the stage returns slim rows (no pixels) to the driver, which joins the segments.
-Image items are written directly by the stage.
+Image items are written directly by the stage, unless an earlier stage failed on the image
+(its row carries an ``error``): then nothing is written. Failed video frames are passed
+through unchanged (a video cannot skip a frame); the job counts them.
 """
 
 from __future__ import annotations
@@ -181,7 +183,10 @@ class EncodeStage(Stage):
                 continue  # a read failure: nothing to write
             item = int(batch["item"][row])
             if item in self.images:
-                self._write_image(batch, row, self.images[item])
+                # A failed image is not written: the job reports it failed, and an output
+                # file would make a re-run skip it.
+                if not batch["error"][row]:
+                    self._write_image(batch, row, self.images[item])
             else:
                 groups.setdefault((item, int(batch["segment"][row])), []).append(row)
         pending = []

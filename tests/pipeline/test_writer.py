@@ -1,11 +1,20 @@
-"""The segment writer, called directly (no Ray): re-ordering, completion, abort."""
+"""The segment writer and the encode stage, called directly (no Ray): re-ordering, completion, abort,
+image outputs."""
 
 from fractions import Fraction
 
+import cv2
 import numpy as np
 import pytest
 
-from fusion_ray.pipeline.writer import SegmentWriter, VideoTarget, segment_path, writer_for
+from fusion_ray.pipeline.writer import (
+    EncodeStage,
+    ImageTarget,
+    SegmentWriter,
+    VideoTarget,
+    segment_path,
+    writer_for,
+)
 from fusion_ray.video import EncodeOptions, decode_all, probe
 
 
@@ -49,3 +58,17 @@ def test_incomplete_segment_cannot_finish_and_abort_cleans_up(tmp_path):
 def test_writer_choice_is_stable():
     assert writer_for((3, 7), 4) == writer_for((3, 7), 4)
     assert {writer_for((0, s), 3) for s in range(30)} == {0, 1, 2}
+
+
+def test_the_encode_stage_writes_images_but_not_failed_ones(tmp_path):
+    source = tmp_path / "in.png"
+    cv2.imwrite(str(source), _frame(3))
+    good, failed = tmp_path / "good.png", tmp_path / "failed.png"
+    stage = EncodeStage([], {}, {0: ImageTarget(str(source), str(good), {}),
+                                 1: ImageTarget(str(source), str(failed), {})})
+    batch = {"frame": np.stack([_frame(3), _frame(3)]), "item": np.array([0, 1]), "segment": np.array([0, 0]),
+             "index": np.array([0, 0]), "error": np.array(["", "swap: RuntimeError: boom"], dtype=object)}
+    out = stage(batch)
+    assert good.is_file()
+    assert not failed.exists()  # else a re-run would skip the failed item
+    assert "frame" not in out and list(out["error"]) == ["", "swap: RuntimeError: boom"]
