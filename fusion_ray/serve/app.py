@@ -330,7 +330,7 @@ class IngressCore:
         unknown = sorted({p.name for p in form.parts} - known)
         if unknown:
             raise ApiError(422, "invalid_field", f"unknown field(s) {unknown}")
-        options = SwapOptions.from_fields({k: v for k, v in form.text_fields().items() if k not in ("target", "source")})
+        options = SwapOptions.from_fields(form.text_fields())
         target = form.file("target")
         if target is None:
             raise ApiError(422, "missing_field", "the 'target' image is required")

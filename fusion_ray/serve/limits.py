@@ -18,6 +18,8 @@ from email.message import Message
 from fusion_ray.errors import FusionRayError
 
 SUPPORTED_FORMATS = ("png", "jpeg", "webp", "bmp")
+FILE_FIELDS = frozenset({"target", "source", "image"})
+"""Multipart fields that carry images (POST /v1/swap: target, source; POST /v1/sources: image)."""
 
 
 class ApiError(FusionRayError):
@@ -92,10 +94,14 @@ class Form:
         return found[0] if found else None
 
     def text_fields(self) -> dict[str, str]:
-        """Fields without a filename, as text (a repeated field keeps its last value)."""
+        """Fields without a filename, as text (a repeated field keeps its last value).
+
+        The image fields (:data:`FILE_FIELDS`) are never text, with or without a filename:
+        ``curl -F 'target=<img.png'`` sends the image without one.
+        """
         out: dict[str, str] = {}
         for part in self.parts:
-            if part.filename is None:
+            if part.filename is None and part.name not in FILE_FIELDS:
                 try:
                     out[part.name] = part.data.decode("utf-8").strip()
                 except UnicodeDecodeError as exc:

@@ -155,6 +155,19 @@ def test_multipart_round_trip_with_binary_data():
         form.file("source")
 
 
+def test_images_without_a_filename_are_not_text_fields():
+    png = forged_png(4, 3)  # b"\x89PNG...": not UTF-8
+    body, ctype = encode_multipart_formdata([  # a value without a filename, like curl -F 'target=<t.png'
+        ("target", png), ("source", b"\xff\xd8\xff\xe0"), ("image", b"\x89"), ("strict", "true")])
+    form = parse_multipart(body, ctype)
+    assert form.file("target").filename is None and form.file("target").data == png
+    assert form.text_fields() == {"strict": "true"}
+    body, ctype = encode_multipart_formdata([("target", png), ("source_id", b"\xff")])
+    with pytest.raises(ApiError, match="'source_id' is not UTF-8") as err:
+        parse_multipart(body, ctype).text_fields()
+    assert err.value.status == 422
+
+
 @pytest.mark.parametrize("ctype,status", [(None, 415), ("application/json", 415),
                                           ("multipart/form-data", 400)])
 def test_multipart_content_type(ctype, status):
