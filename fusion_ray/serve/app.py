@@ -60,7 +60,7 @@ from fusion_ray.serve.limits import (
     check_content_length,
     check_image,
     parse_multipart,
-    read_capped,
+    read_capped_within,
     wait_for,
 )
 from fusion_ray.serve.metrics import MetricsRecorder
@@ -197,7 +197,7 @@ class IngressCore:
         boundary_of(content_type)  # 415 before reading a body we cannot use
         start = time.perf_counter()
         try:
-            body = await read_capped(request.stream(), limit)
+            body = await read_capped_within(request.stream(), limit, self.limits.receive_timeout_s)
         except ClientDisconnect as exc:
             raise ApiError(400, "client_disconnected", "the client closed the connection mid-body") from exc
         self.metrics.stage("receive", time.perf_counter() - start)
@@ -518,7 +518,7 @@ def create_api(core: IngressCore) -> FastAPI:
 
     @api.post("/v1/swap", tags=["v1"], summary="Swap the source identity into the target image",
               dependencies=[Depends(authorise)], response_class=Response,
-              responses={**image_responses, **error_responses(400, 401, 404, 413, 415, 422, 503, 504)},
+              responses={**image_responses, **error_responses(400, 401, 404, 408, 413, 415, 422, 503, 504)},
               openapi_extra={"requestBody": swap_request_schema()})
     async def swap(request: Request) -> Response:
         return await core.admitted("/v1/swap", lambda: core.swap(request))
@@ -526,7 +526,7 @@ def create_api(core: IngressCore) -> FastAPI:
     @api.post("/v1/sources", tags=["v1"], status_code=201, response_model=SourceCreated,
               summary="Register a source identity (embedded once, kept in a bounded store)",
               dependencies=[Depends(authorise)],
-              responses=error_responses(400, 401, 413, 415, 422, 503, 504),
+              responses=error_responses(400, 401, 408, 413, 415, 422, 503, 504),
               openapi_extra={"requestBody": sources_request_schema()})
     async def create_source(request: Request) -> Response:
         return await core.admitted("/v1/sources", lambda: core.create_source(request))

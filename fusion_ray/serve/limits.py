@@ -67,6 +67,19 @@ async def read_capped(chunks: AsyncIterator[bytes], limit: int) -> bytes:
     return b"".join(parts)
 
 
+async def read_capped_within(chunks: AsyncIterator[bytes], limit: int, timeout_s: float) -> bytes:
+    """:func:`read_capped` with a deadline for the whole body: 408 when it has not all arrived in time.
+
+    The body is read inside an in-flight slot; without a deadline a client sending it slowly
+    (or not at all) would hold the slot for as long as it kept the connection open.
+    """
+    try:
+        return await asyncio.wait_for(read_capped(chunks, limit), timeout_s)
+    except asyncio.TimeoutError as exc:
+        raise ApiError(408, "receive_timeout",
+                       f"the request body did not arrive within {timeout_s:g} s") from exc
+
+
 # ----------------------------------------------------------------- multipart
 @dataclass(frozen=True)
 class Part:

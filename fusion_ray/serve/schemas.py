@@ -101,6 +101,7 @@ def sources_request_schema() -> dict[str, Any]:
 
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     text = {400: "Malformed request", 401: "Missing or wrong bearer token", 404: "Unknown source id",
+            408: "The request body did not arrive within limits.receive_timeout_s",
             413: "Body or image too large", 415: "Not multipart, or not a supported image",
             422: "Invalid option, undecodable image, or no face", 503: "Overloaded: retry after Retry-After seconds",
             504: "A stage timed out"}

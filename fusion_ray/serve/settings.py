@@ -99,6 +99,11 @@ class LimitsSettings(_Settings):
         "bytes (the body and its parts, and the decoded frames a request holds at once).")
     retry_after_s: int = Field(default=1, ge=0, description="Retry-After (seconds) sent with 503 answers.")
     stage_timeout_s: float = Field(default=60.0, gt=0.0, description="Longest wait for one downstream stage (504).")
+    receive_timeout_s: float = Field(
+        default=30.0, gt=0.0,
+        description="Longest time to receive a whole request body (408 after it): a slow or stalled upload "
+        "would otherwise hold an in-flight slot. Bodies of max_body_bytes need at least "
+        "max_body_bytes / receive_timeout_s bytes per second.")
 
 
 class AuthSettings(_Settings):

@@ -22,6 +22,7 @@ from fusion_ray.serve.limits import (
     check_image,
     parse_multipart,
     read_capped,
+    read_capped_within,
     read_image_header,
 )
 from fusion_ray.serve.metrics import (
@@ -133,6 +134,24 @@ def test_streamed_bytes_are_counted():
     assert len(asyncio.run(read_capped(chunks(4, 100), 400))) == 400
     with pytest.raises(ApiError) as err:
         asyncio.run(read_capped(chunks(5, 100), 400))
+    assert err.value.status == 413
+
+
+def test_a_stalled_body_is_408_instead_of_holding_its_slot():
+    async def stalled():
+        yield b"x" * 10
+        await asyncio.Event().wait()  # the client sends nothing more but keeps the connection
+        yield b"never"
+
+    async def whole():
+        yield b"x" * 10
+
+    with pytest.raises(ApiError) as err:
+        asyncio.run(read_capped_within(stalled(), 400, timeout_s=0.05))
+    assert err.value.status == 408 and err.value.code == "receive_timeout"
+    assert asyncio.run(read_capped_within(whole(), 400, timeout_s=30)) == b"x" * 10
+    with pytest.raises(ApiError) as err:  # the size cap still applies
+        asyncio.run(read_capped_within(whole(), 5, timeout_s=30))
     assert err.value.status == 413
 
 
@@ -393,6 +412,21 @@ def test_lost_replicas_are_503_and_failed_stages_500_without_the_remote_tracebac
         asyncio.run(core.call("detect", _raising(failed)))
     assert err.value.status == 500 and err.value.body() == {"error": "stage_failed",
                                                             "detail": "the detect stage failed"}
+
+
+def test_the_ingress_reads_bodies_within_receive_timeout():
+    class StalledRequest:
+        headers = {"content-type": "multipart/form-data; boundary=b"}
+
+        async def stream(self):
+            yield b"--b\r\n"
+            await asyncio.Event().wait()
+            yield b""
+
+    core = _core(receive_timeout_s=0.05)
+    with pytest.raises(ApiError) as err:
+        asyncio.run(core.read_form(StalledRequest()))
+    assert err.value.status == 408
 
 
 def test_unexpected_errors_get_a_generic_answer():
