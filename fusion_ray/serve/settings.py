@@ -78,6 +78,23 @@ class DeploymentsSettings(_Settings):
     enhancer_enabled: bool = Field(
         default=True, description="Deploy the enhancer (requests with enhance=true get 422 without it).")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _over_coded_defaults(cls, data: Any) -> Any:
+        """A partial mapping for a deployment overrides that deployment's defaults above, field by field.
+
+        Without this, ``state: {num_cpus: 0.1}`` would reset the state's other fields to the generic
+        DeploymentSettings defaults (e.g. max_queued_requests 64 instead of -1).
+        """
+        if not isinstance(data, dict):
+            return data
+        merged = dict(data)
+        for name, info in cls.model_fields.items():
+            value = merged.get(name)
+            if isinstance(value, dict) and isinstance(info.default, DeploymentSettings):
+                merged[name] = {**info.default.model_dump(exclude_unset=True), **value}
+        return merged
+
     @model_validator(mode="after")
     def _state_single_replica(self) -> DeploymentsSettings:
         if self.state.num_replicas != 1:

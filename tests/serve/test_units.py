@@ -285,6 +285,17 @@ def test_default_settings_are_valid_and_batches_can_fill():
     assert off.batching.swap.batch_wait_timeout_s == settings.batching.swap.batch_wait_timeout_s
 
 
+def test_a_partial_deployment_mapping_keeps_that_deployments_defaults():
+    defaults = ServeSettings().deployments
+    deps = parse_settings({"deployments": {"state": {"num_cpus": 0.1}, "ingress": {"num_replicas": 2},
+                                           "detector": {"max_ongoing_requests": None}}}).deployments
+    assert deps.state == defaults.state.model_copy(update={"num_cpus": 0.1})
+    assert deps.state.max_queued_requests == -1 and deps.state.max_ongoing_requests == 256
+    assert deps.ingress == defaults.ingress.model_copy(update={"num_replicas": 2})
+    assert deps.detector.max_ongoing_requests is None and deps.detector.num_cpus == defaults.detector.num_cpus
+    assert deps.swapper == defaults.swapper
+
+
 @pytest.mark.parametrize("args,match", [
     ({"deployments": {"ingress": {"max_ongoing_requests": 4}}, "limits": {"max_inflight": 4}}, "must exceed"),
     ({"deployments": {"swapper": {"max_ongoing_requests": 2}}}, "batches could never fill"),
@@ -320,6 +331,7 @@ def test_serve_yaml_is_a_valid_serve_config_and_builds():
     settings = parse_settings(app["args"])
     assert settings.limits.max_body_bytes == 20_000_000
     assert settings.batching.swap.batch_wait_timeout_s == pytest.approx(0.015)
+    assert settings.deployments == ServeSettings().deployments  # the file spells out the defaults
     assert isinstance(build_app(app["args"]), Application)
     with pytest.raises(ConfigError):
         find_application({"applications": [{"import_path": "other:app"}]})
