@@ -13,7 +13,11 @@ Failures are per item, and a failed item leaves no output (so a re-run retries i
   frame) and counted in ``frames_failed``. If every frame of a video failed, nothing was
   swapped: the video is ``failed`` and not written. Otherwise it is ``done`` and its
   ``error`` says how many frames failed (with the first frame's message);
-- an item that cannot be read or planned (corrupt, missing) is ``failed``.
+- an item that cannot be read or planned (corrupt, missing) is ``failed``;
+- an error that stops a whole group of items (those with the same engine options: a model
+  that cannot load, a Ray failure) fails that group's unfinished items with its message; the
+  other groups still run and the report is still written. A pipeline config that cannot fit
+  on the cluster (ConfigError) is a whole-job error, raised before anything is written.
 """
 
 from __future__ import annotations
@@ -177,21 +181,36 @@ def run_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Path | Non
                 continue
             if not item.target.is_file():
                 raise InputError(f"file not found: {item.target}")
-            output.parent.mkdir(parents=True, exist_ok=True)
             todo.append(n)
         except (FusionRayError, OSError) as exc:
             _fail(results[n], exc)
     groups: dict[str, list[int]] = {}
     for n in todo:
         groups.setdefault(items[n].options, []).append(n)
+    group_cfgs: dict[str, JobConfig] = {}
     for options, members in groups.items():
         try:
-            group_cfg = with_overrides(cfg, options)
+            group_cfgs[options] = with_overrides(cfg, options)
         except FusionRayError as exc:
             for n in members:
                 _fail(results[n], exc)
-            continue
-        _run(items, members, group_cfg, results, report, progress)
+    # A pipeline that cannot fit is a whole-job error, raised before anything is written.
+    if group_cfgs:
+        gpus_available = cluster_gpus() > 0
+        cluster_cpus = float(ray.cluster_resources().get("CPU", 0.0))
+        for group_cfg in group_cfgs.values():
+            group_cfg.pipeline.check_fits(cluster_cpus, enhance=group_cfg.engine.enhance.enabled,
+                                          gpus_available=gpus_available)
+    for options, group_cfg in group_cfgs.items():
+        members = groups[options]
+        try:
+            _run(items, members, group_cfg, results, report, progress)
+        except Exception as exc:  # this group's failure; the others still run
+            log.warning("a group of %d item(s) failed: %s: %s", len(members), type(exc).__name__, exc,
+                        exc_info=True)
+            for n in members:
+                if results[n].status == "pending":
+                    _fail(results[n], f"{type(exc).__name__}: {exc}")
     report.wall_s = time.perf_counter() - start
     if report_path is not None:
         report.write(report_path)
@@ -265,50 +284,36 @@ def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: lis
     units: list[ReadUnit] = []
     videos: dict[int, _Video] = {}
     images: dict[int, ImageTarget] = {}
+    writers: list[Any] = []
     metadata = metadata_for(stand_ins)
-    for n in source_of:
-        item = items[n]
-        output = item.output.expanduser().resolve()
-        try:
-            if is_video_file(item.target):
-                info = probe(item.target)
-                segments = plan_segments(item.target, pipeline.segment_seconds)
-                work_dir = output.with_name(output.name + PARTS_SUFFIX)
-                shutil.rmtree(work_dir, ignore_errors=True)
-                work_dir.mkdir(parents=True)
-                videos[n] = _Video(n, info, segments, work_dir, {s.index for s in segments})
-                results[n].kind = "video"
-                units += [ReadUnit(n, str(item.target), source_of[n], s, (info.height, info.width)) for s in segments]
-            else:
-                results[n].kind = "image"
-                images[n] = ImageTarget(str(item.target), str(output), metadata)
-                units.append(ReadUnit(n, str(item.target), source_of[n], None, (1080, 1920)))
-        except (FusionRayError, OSError) as exc:
-            _fail(results[n], exc)
-    if not units:
-        return
-    total_frames = sum(v.info.frame_count for v in videos.values()) + len(images)
-
-    gpus_available = cluster_gpus() > 0
-    pipeline.check_fits(float(ray.cluster_resources().get("CPU", 0.0)), enhance=engine_cfg.enhance.enabled,
-                        gpus_available=gpus_available)
-    targets = {n: VideoTarget(v.info.fps, v.info.width, v.info.height, str(v.work_dir)) for n, v in videos.items()}
-    writer_cls = ray.remote(SegmentWriter).options(num_cpus=pipeline.writer_num_cpus)
-    writers: list[Any] = [writer_cls.remote(targets, pipeline.encode_options) for _ in range(pipeline.writers)]  # type: ignore[attr-defined]
-    segment_spans: dict[SegmentKey, tuple[int, int]] = {
-        (n, s.index): (s.start_frame, s.frame_count) for n, v in videos.items() for s in v.segments}
-
-    largest = max(u.frame_hw[0] * u.frame_hw[1] * 3 for u in units)
-    block_frames = max(1, min(pipeline.block_frames, int(pipeline.block_mb * 2**20 // largest)))
-    names = [*stage_names(engine_cfg), "encode"]
-    if pipeline.fused(gpus_available):
-        names.append(FUSED_POOL)
-    for name in names:
-        report.stages.setdefault(name, StageStats())
-    seen: dict[SegmentKey, int] = {}
-    finishing: dict[Any, SegmentKey] = {}
     done_frames = 0
-    try:
+    try:  # from the first parts folder on: whatever happens, the finally cleans up
+        for n in source_of:
+            try:
+                _plan_item(n, items[n], source_of[n], pipeline, results[n], units, videos, images, metadata)
+            except (FusionRayError, OSError) as exc:
+                _fail(results[n], exc)
+        if not units:
+            return
+        total_frames = sum(v.info.frame_count for v in videos.values()) + len(images)
+
+        gpus_available = cluster_gpus() > 0
+        targets = {n: VideoTarget(v.info.fps, v.info.width, v.info.height, str(v.work_dir))
+                   for n, v in videos.items()}
+        writer_cls = ray.remote(SegmentWriter).options(num_cpus=pipeline.writer_num_cpus)
+        writers += [writer_cls.remote(targets, pipeline.encode_options) for _ in range(pipeline.writers)]  # type: ignore[attr-defined]
+        segment_spans: dict[SegmentKey, tuple[int, int]] = {
+            (n, s.index): (s.start_frame, s.frame_count) for n, v in videos.items() for s in v.segments}
+
+        largest = max(u.frame_hw[0] * u.frame_hw[1] * 3 for u in units)
+        block_frames = max(1, min(pipeline.block_frames, int(pipeline.block_mb * 2**20 // largest)))
+        names = [*stage_names(engine_cfg), "encode"]
+        if pipeline.fused(gpus_available):
+            names.append(FUSED_POOL)
+        for name in names:
+            report.stages.setdefault(name, StageStats())
+        seen: dict[SegmentKey, int] = {}
+        finishing: dict[Any, SegmentKey] = {}
         # A dataset copies the DataContext when it is created: set it up first.
         with _data_context(pipeline):
             ds = ray.data.read_datasource(
@@ -327,20 +332,47 @@ def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: lis
                 if progress is not None:
                     progress(done_frames, total_frames, report)
             _collect_finished(finishing, videos, results, items, metadata, block=True)
-    finally:
         for n, video in videos.items():
-            if results[n].status != "done":
-                keys = [(n, s.index) for s in video.segments]
-                ray.get([w.abort.remote(keys) for w in writers])
-                if results[n].status == "pending":
-                    _fail(results[n], f"incomplete: {len(video.finished)} of {len(video.segments)} segments written")
-            shutil.rmtree(video.work_dir, ignore_errors=True)
-        for writer in writers:
-            ray.kill(writer)
-    report.frames += done_frames
-    for n in images:
-        if results[n].status == "pending":
-            results[n].status = "done"
+            if results[n].status == "pending":
+                _fail(results[n], f"incomplete: {len(video.finished)} of {len(video.segments)} segments written")
+        for n in images:
+            if results[n].status == "pending":
+                _fail(results[n], "incomplete: the image did not come back from the pipeline")
+    finally:
+        report.frames += done_frames
+        _cleanup(videos, results, writers)
+
+
+def _plan_item(n: int, item: JobItem, source_id: str, pipeline: PipelineConfig, result: ItemResult,
+               units: list[ReadUnit], videos: dict[int, _Video], images: dict[int, ImageTarget],
+               metadata: Mapping[str, str]) -> None:
+    """Add item ``n``'s read units (and, for a video, its parts folder)."""
+    output = item.output.expanduser().resolve()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    if is_video_file(item.target):
+        info = probe(item.target)
+        segments = plan_segments(item.target, pipeline.segment_seconds)
+        work_dir = output.with_name(output.name + PARTS_SUFFIX)
+        shutil.rmtree(work_dir, ignore_errors=True)
+        work_dir.mkdir(parents=True)
+        videos[n] = _Video(n, info, segments, work_dir, {s.index for s in segments})
+        result.kind = "video"
+        units += [ReadUnit(n, str(item.target), source_id, s, (info.height, info.width)) for s in segments]
+    else:
+        result.kind = "image"
+        images[n] = ImageTarget(str(item.target), str(output), metadata)
+        units.append(ReadUnit(n, str(item.target), source_id, None, (1080, 1920)))
+
+
+def _cleanup(videos: Mapping[int, _Video], results: list[ItemResult], writers: Sequence[Any]) -> None:
+    """Abort the segments of unfinished videos, remove every parts folder, stop the writers."""
+    for n, video in videos.items():
+        if results[n].status != "done":
+            keys = [(n, s.index) for s in video.segments]
+            ray.get([w.abort.remote(keys) for w in writers])
+        shutil.rmtree(video.work_dir, ignore_errors=True)
+    for writer in writers:
+        ray.kill(writer)
 
 
 def _stand_in_models(cfg: EngineConfig, driver_engine: Engine) -> list[str]:
@@ -410,6 +442,8 @@ def _account(batch: Mapping[str, Any], results: list[ItemResult], report: JobRep
                 _fail(result, error)
             elif not result.error:
                 result.error = error  # the first failed frame's message, for the item's report
+        elif result.kind == "image":
+            result.status = "done"  # the encode stage wrote it before returning the row
         key = (item, int(batch["segment"][row]))
         if seen.get(key, 0) >= 0:
             seen[key] = seen.get(key, 0) + 1

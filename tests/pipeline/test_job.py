@@ -163,6 +163,21 @@ def test_a_pipeline_that_cannot_fit_is_refused(media, job_cfg, tmp_path):
     with pytest.raises(ConfigError, match="deadlock"):
         run_job([JobItem((media["source"],), media["clip2"], tmp_path / "x.mp4")],
                 JobConfig(engine=job_cfg.engine, pipeline=greedy))
+    assert not list(tmp_path.iterdir())  # refused before anything (a parts folder) was made
+
+
+def test_a_failing_group_fails_its_items_and_the_others_still_run(media, job_cfg, tmp_path):
+    source = (media["source"],)
+    broken = json.dumps({"models": {"embedder": "no_such_embedder"}})  # Engine.load raises ModelError
+    items = [JobItem(source, media["image"], tmp_path / "a.png", options=broken),
+             JobItem(source, media["clip2"], tmp_path / "b.mp4", options=broken),
+             JobItem(source, media["image"], tmp_path / "c.png")]
+    report = run_job(items, job_cfg, output_root=tmp_path, report_path=tmp_path / "report.json")
+    assert [i.status for i in report.items] == ["failed", "failed", "done"]
+    assert all("ModelError" in i.error and "no_such_embedder" in i.error for i in report.items[:2])
+    assert (tmp_path / "c.png").is_file() and not (tmp_path / "a.png").exists()
+    assert json.loads((tmp_path / "report.json").read_text())["counts"] == {"done": 1, "failed": 2}
+    assert not list(tmp_path.glob("*.fusion_ray_parts"))
 
 
 def test_video_swap_command(media, tmp_path, standin_dir, scrfd_path, capsys):
