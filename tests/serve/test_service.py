@@ -301,6 +301,11 @@ def test_no_face_in_the_target_returns_it_unchanged_or_422_when_strict(service, 
     assert "X-Fusion-Ray-Stand-In" not in response.headers
     body = assert_error(swap(service, BLANK_PNG, source_id=obama_id, strict="true"), 422, "no_face_in_target")
     assert "no face" in body["detail"]
+    # curl -F 'target=<blank.png': the image part has no filename (it is not a text field)
+    no_filename = requests.post(f"{service}/v1/swap", files=[("target", (None, BLANK_PNG))],
+                                data={"source_id": obama_id}, headers=AUTH, timeout=60)
+    assert no_filename.status_code == 200, no_filename.text
+    assert no_filename.content == BLANK_PNG
 
 
 def test_bad_fields_and_unknown_sources(service, photos, obama_id):
