@@ -364,15 +364,31 @@ def _plan_item(n: int, item: JobItem, source_id: str, pipeline: PipelineConfig, 
         units.append(ReadUnit(n, str(item.target), source_id, None, (1080, 1920)))
 
 
+CLEANUP_TIMEOUT_S = 60.0
+"""How long cleanup waits for a writer to abort a video's segments (then it is killed anyway)."""
+
+
 def _cleanup(videos: Mapping[int, _Video], results: list[ItemResult], writers: Sequence[Any]) -> None:
-    """Abort the segments of unfinished videos, remove every parts folder, stop the writers."""
+    """Abort the segments of unfinished videos, remove every parts folder, stop the writers.
+
+    Each step is independent: a dead or stuck writer is logged and the cleanup goes on, so the
+    parts folders are always removed and an exception being handled is not replaced.
+    """
     for n, video in videos.items():
         if results[n].status != "done":
             keys = [(n, s.index) for s in video.segments]
-            ray.get([w.abort.remote(keys) for w in writers])
+            for writer in writers:
+                try:
+                    ray.get(writer.abort.remote(keys), timeout=CLEANUP_TIMEOUT_S)
+                except Exception as exc:
+                    log.warning("cleanup: a writer could not abort the segments of %s: %s: %s",
+                                results[n].target, type(exc).__name__, exc)
         shutil.rmtree(video.work_dir, ignore_errors=True)
     for writer in writers:
-        ray.kill(writer)
+        try:
+            ray.kill(writer)
+        except Exception as exc:
+            log.warning("cleanup: cannot stop a segment writer: %s: %s", type(exc).__name__, exc)
 
 
 def _stand_in_models(cfg: EngineConfig, driver_engine: Engine) -> list[str]:

@@ -7,6 +7,7 @@ from fractions import Fraction
 import cv2
 import numpy as np
 import pytest
+import ray
 
 from fusion_ray.cli import main
 from fusion_ray.config import EngineConfig, RuntimeConfig
@@ -16,8 +17,10 @@ from fusion_ray.imageio import read_image
 from fusion_ray.ops.align import align_face
 from fusion_ray.ops.paste import crop_roi
 from fusion_ray.pipeline.config import JobConfig, PipelineConfig, StageResources
-from fusion_ray.pipeline.job import JobItem, run_job
+from fusion_ray.pipeline.job import ItemResult, JobItem, _cleanup, _Video, run_job
+from fusion_ray.pipeline.writer import SegmentWriter, VideoTarget
 from fusion_ray.video import EncodeOptions, decode_all, make_corrupt_video, make_test_video, probe
+from fusion_ray.video.segments import plan_segments
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -204,3 +207,23 @@ def test_separate_pools_give_the_same_video(first_run, media, job_cfg, tmp_path)
     b = [f.frame.astype(np.float32) for f in decode_all(tmp_path / "clip2.mp4")]
     assert len(a) == len(b) == 20
     assert max(float(np.mean((x - y) ** 2)) for x, y in zip(a, b, strict=True)) < 1.0
+
+
+def test_cleanup_goes_on_past_a_dead_writer(media, tmp_path):
+    info = probe(media["clip2"])
+    segments = plan_segments(media["clip2"], 0.4)
+    work_dirs = [tmp_path / "a.mp4.fusion_ray_parts", tmp_path / "b.mp4.fusion_ray_parts"]
+    for work_dir in work_dirs:
+        work_dir.mkdir()
+        (work_dir / "segment_00000.mp4").write_bytes(b"partial")
+    videos = {n: _Video(n, info, segments, work_dir) for n, work_dir in enumerate(work_dirs)}
+    results = [ItemResult("a", "a.mp4", kind="video"), ItemResult("b", "b.mp4", kind="video")]
+    targets = {n: VideoTarget(info.fps, info.width, info.height, str(d)) for n, d in enumerate(work_dirs)}
+    writer_cls = ray.remote(SegmentWriter).options(num_cpus=0.01)
+    dead, alive = writer_cls.remote(targets, EncodeOptions()), writer_cls.remote(targets, EncodeOptions())
+    ray.get([dead.ready.remote(), alive.ready.remote()])
+    ray.kill(dead)
+    _cleanup(videos, results, [dead, alive])  # the dead writer's abort raises: logged, not fatal
+    assert not any(d.exists() for d in work_dirs)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(alive.ready.remote())  # the live writer was stopped too
