@@ -79,12 +79,12 @@ def run_video_swap(args: argparse.Namespace, engine: EngineConfig) -> int:
     """``fusion-ray swap --target VIDEO``: a one-item Ray Data job."""
     from fusion_ray.pipeline.job import JobItem, run_job
     from fusion_ray.pipeline.runtime import connect
+    from fusion_ray.video.encode import check_video_output
 
     started = time.monotonic()
     cfg = job_config(args, engine)
     output = args.output
-    if output.suffix.lower() not in (".mp4", ".mov", ".m4v"):
-        raise FusionRayError(f"video outputs must be .mp4 or .mov, got {output}")
+    check_video_output(output)
     if output.exists() and not args.force:
         raise FusionRayError(f"output exists: {output} (use --force to overwrite)")
     connect(args.address)

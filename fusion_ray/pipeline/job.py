@@ -13,7 +13,8 @@ Failures are per item, and a failed item leaves no output (so a re-run retries i
   frame) and counted in ``frames_failed``. If every frame of a video failed, nothing was
   swapped: the video is ``failed`` and not written. Otherwise it is ``done`` and its
   ``error`` says how many frames failed (with the first frame's message);
-- an item that cannot be read or planned (corrupt, missing) is ``failed``;
+- an item that cannot be read or planned (corrupt, missing, a video output not named .mp4,
+  .m4v or .mov) is ``failed``;
 - an error that stops a whole group of items (those with the same engine options: a model
   that cannot load, a Ray failure) fails that group's unfinished items with its message; the
   other groups still run and the report is still written. A pipeline config that cannot fit
@@ -53,7 +54,7 @@ from fusion_ray.pipeline.writer import (
     writer_for,
 )
 from fusion_ray.types import SourceIdentity
-from fusion_ray.video.encode import join_segments
+from fusion_ray.video.encode import check_video_output, join_segments
 from fusion_ray.video.probe import VideoInfo, is_video_file, probe
 from fusion_ray.video.segments import Segment, plan_segments
 
@@ -181,6 +182,8 @@ def run_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Path | Non
                 continue
             if not item.target.is_file():
                 raise InputError(f"file not found: {item.target}")
+            if is_video_file(item.target):
+                check_video_output(output)  # before any work: the output would be MP4 under another name
             todo.append(n)
         except (FusionRayError, OSError) as exc:
             _fail(results[n], exc)

@@ -12,7 +12,9 @@ No Ray here; library code logs and raises fusion_ray.errors.VideoError naming th
 
 from fusion_ray.video.decode import DecodedFrame, decode_all, decode_segment
 from fusion_ray.video.encode import (
+    VIDEO_OUTPUT_SUFFIXES,
     EncodeOptions,
+    check_video_output,
     encode_segment,
     join_segments,
     nvenc_usable,
@@ -23,10 +25,12 @@ from fusion_ray.video.segments import Segment, plan_segments
 from fusion_ray.video.synthetic import make_corrupt_video, make_test_video
 
 __all__ = [
+    "VIDEO_OUTPUT_SUFFIXES",
     "DecodedFrame",
     "EncodeOptions",
     "Segment",
     "VideoInfo",
+    "check_video_output",
     "choose_fps",
     "decode_all",
     "decode_segment",

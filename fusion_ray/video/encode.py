@@ -38,6 +38,15 @@ _NVENC_PRESETS = {
 }
 _FORMATS = {".mp4": "mp4", ".m4v": "mp4", ".mov": "mov", ".mkv": "matroska", ".ts": "mpegts"}
 
+VIDEO_OUTPUT_SUFFIXES = (".mp4", ".m4v", ".mov")
+"""What a finished video may be named: join_segments writes MP4 (MOV for ``.mov``)."""
+
+
+def check_video_output(path: str | Path) -> None:
+    """VideoError unless ``path`` ends in a suffix of VIDEO_OUTPUT_SUFFIXES (any case)."""
+    if Path(path).suffix.lower() not in VIDEO_OUTPUT_SUFFIXES:
+        raise VideoError(f"video outputs must end in .mp4, .m4v or .mov, got {path}")
+
 
 class EncodeOptions(BaseModel):
     """How segments are encoded. Every segment of one video must use the same options."""
@@ -295,9 +304,10 @@ def join_segments(
     (MP4 keeps the standard keys: comment, title, description, ...; libavformat overwrites
     "encoder" with its own name, so put provenance in "comment"). The file is written
     beside out_path and renamed into place, so a failure leaves no output file.
-    Raises VideoError naming the offending file.
+    out_path must end in .mp4, .m4v or .mov. Raises VideoError naming the offending file.
     """
     out_path = Path(out_path)
+    check_video_output(out_path)
     paths = [Path(p) for p in segment_paths]
     fps = Fraction(fps)
     if not paths:

@@ -2,7 +2,9 @@
 frames without a face, an audio track), a corrupt file and an image in one job; then a re-run."""
 
 import json
+import shutil
 from fractions import Fraction
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -18,6 +20,7 @@ from fusion_ray.ops.align import align_face
 from fusion_ray.ops.paste import crop_roi
 from fusion_ray.pipeline.config import JobConfig, PipelineConfig, StageResources
 from fusion_ray.pipeline.job import ItemResult, JobItem, _cleanup, _Video, run_job
+from fusion_ray.pipeline.manifest import expand_patterns
 from fusion_ray.pipeline.writer import SegmentWriter, VideoTarget
 from fusion_ray.video import EncodeOptions, decode_all, make_corrupt_video, make_test_video, probe
 from fusion_ray.video.segments import plan_segments
@@ -227,3 +230,22 @@ def test_cleanup_goes_on_past_a_dead_writer(media, tmp_path):
     assert not any(d.exists() for d in work_dirs)
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(alive.ready.remote())  # the live writer was stopped too
+
+
+def test_video_outputs_in_other_containers_fail_alone(media, job_cfg, tmp_path):
+    """The default output pattern keeps the target's extension: a .mkv clip would get MP4 bytes
+    named .mkv. Such items fail at planning with a clear message; the others go on."""
+    targets = tmp_path / "targets"
+    targets.mkdir()
+    shutil.copy(media["clip2"], targets / "clip.mkv")
+    shutil.copy(media["image"], targets / "still.png")
+    out = tmp_path / "out"
+    out.mkdir()
+    items = expand_patterns(str(media["source"]), str(targets / "*"), "{source_name}-{target_name}.{target_extension}",
+                            out)
+    report = run_job(items, job_cfg, output_root=out)
+    status = {Path(i.output).name: (i.status, i.error) for i in report.items}
+    assert status["biden-clip.mkv"][0] == "failed"
+    assert "video outputs must end in .mp4, .m4v or .mov" in status["biden-clip.mkv"][1]
+    assert status["biden-still.png"][0] == "done"
+    assert sorted(p.name for p in out.iterdir()) == ["biden-still.png"]

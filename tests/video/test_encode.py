@@ -306,6 +306,20 @@ def test_join_with_a_missing_segment_writes_nothing(segment_files: list[Path],
     assert _leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("name", ["out.mkv", "out.webm", "out.avi", "out.png"])
+def test_join_refuses_an_output_that_is_not_mp4_or_mov(segment_files: list[Path], tmp_path: Path,
+                                                       name: str) -> None:
+    with pytest.raises(VideoError, match=r"must end in \.mp4, \.m4v or \.mov"):
+        join_segments(segment_files, tmp_path / name, fps=NTSC, audio_source=None, metadata={})
+    assert not (tmp_path / name).exists()
+
+
+def test_join_writes_m4v_and_upper_case_suffixes(segment_files: list[Path], tmp_path: Path) -> None:
+    for name in ("out.m4v", "OUT.MOV"):
+        join_segments(segment_files, tmp_path / name, fps=NTSC, audio_source=None, metadata={})
+        assert probe(tmp_path / name).frame_count == sum(probe(p).frame_count for p in segment_files)
+
+
 def test_join_with_a_corrupt_segment_keeps_the_old_output(segment_files: list[Path],
                                                           tmp_path: Path) -> None:
     out = tmp_path / "out.mp4"

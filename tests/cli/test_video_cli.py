@@ -1,0 +1,20 @@
+"""The video side of ``swap``: arguments refused before Ray starts."""
+
+from fractions import Fraction
+
+import pytest
+
+from fusion_ray.cli import main
+from fusion_ray.video import make_test_video
+
+
+@pytest.mark.parametrize("name", ["out.mkv", "out.webm", "out.avi", "out.png"])
+def test_a_video_output_that_is_not_mp4_or_mov_is_refused(name, tmp_path, images_dir, capsys):
+    clip = make_test_video(tmp_path / "clip.mp4", face_image=None, n_frames=3, fps=Fraction(25), size_wh=(64, 48),
+                           audio=False)
+    code = main(["swap", "-s", str(images_dir / "obama.jpg"), "-t", str(clip), "-o", str(tmp_path / name),
+                 "--providers", "cpu"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "video outputs must end in .mp4, .m4v or .mov" in err
+    assert not (tmp_path / name).exists()
