@@ -91,12 +91,13 @@ def read_unit(unit: ReadUnit, block_frames: int) -> Iterator[Block]:
                 if len(rows["index"]) >= block_frames:
                     yield _block(rows)
                     rows = _empty_rows()
-    except (FusionRayError, OSError) as exc:
-        log.warning("cannot read %s (segment %d): %s", unit.path, segment_index, exc)
+    except Exception as exc:  # any decode error (an odd pixel format, a PyAV error) fails this item only
+        message = str(exc) if isinstance(exc, FusionRayError | OSError) else f"{type(exc).__name__}: {exc}"
+        log.warning("cannot read %s (segment %d): %s", unit.path, segment_index, message)
         if rows["index"]:
             yield _block(rows)
         rows = _empty_rows()
-        add(-1, 0.0, np.zeros((2, 2, 3), np.uint8), f"read: {exc}")
+        add(-1, 0.0, np.zeros((2, 2, 3), np.uint8), f"read: {message}")
     if rows["index"]:
         yield _block(rows)
 
