@@ -54,7 +54,7 @@ def read_manifest(path: Path, output_root: Path) -> list[JobItem]:
             raise InputError(f"cannot read manifest {path}: {exc}") from exc
     elif path.suffix.lower() == ".csv":
         try:
-            with path.open(newline="") as handle:
+            with path.open(newline="", encoding="utf-8-sig") as handle:  # -sig: Excel starts with a BOM
                 reader = csv.DictReader(handle)
                 missing = [c for c in MANIFEST_COLUMNS if c not in (reader.fieldnames or [])]
                 if missing:

@@ -21,6 +21,13 @@ def test_csv_manifest(tmp_path):
     assert items[1].target.as_posix() == "/abs/t.png"
 
 
+def test_csv_manifest_saved_by_excel(tmp_path):
+    """Excel's "CSV UTF-8" starts with a byte-order mark, which must not become part of 'source'."""
+    (tmp_path / "m.csv").write_bytes("source,target,output\r\nvisage-é.jpg,clip.mp4,out.mp4\r\n".encode("utf-8-sig"))
+    items = read_manifest(tmp_path / "m.csv", tmp_path / "root")
+    assert items == [JobItem((tmp_path / "visage-é.jpg",), tmp_path / "clip.mp4", tmp_path / "root" / "out.mp4", "{}")]
+
+
 def test_parquet_manifest(tmp_path):
     pq.write_table(pa.table({"source": ["s.jpg"], "target": ["t.mp4"], "output": ["o.mp4"]}), tmp_path / "m.parquet")
     (item,) = read_manifest(tmp_path / "m.parquet", tmp_path)
