@@ -91,28 +91,53 @@ class FusedStage:
         return batch
 
 
+def cpu_only(engine: EngineConfig) -> EngineConfig:
+    """``engine`` with ONNX Runtime forced onto the CPU.
+
+    For every process Ray gives no GPU: there, CUDA providers either fail (Ray hides the
+    devices) or use GPU memory that Ray does not count.
+    """
+    if engine.runtime.providers == ["cpu"]:
+        return engine
+    return engine.model_copy(update={"runtime": engine.runtime.model_copy(update={"providers": ["cpu"]})})
+
+
+def _gets_gpu(resources: StageResources, pipeline: PipelineConfig, gpus_available: bool) -> bool:
+    """Whether a stage's actors ask Ray for a GPU (never in a fused pool or a GPU-less cluster)."""
+    return gpus_available and not pipeline.fused(gpus_available) and resources.num_gpus > 0
+
+
 def stage_specs(engine: EngineConfig, pipeline: PipelineConfig, identities: Mapping[str, SourceIdentity],
-                reference: Embedding | None, sink: Sink | None) -> list[StageSpec]:
-    """The chain, in order: detect, swap, paste (, enhance, paste_enhanced) (, encode)."""
+                reference: Embedding | None, sink: Sink | None, *, gpus_available: bool = False) -> list[StageSpec]:
+    """The chain, in order: detect, swap, paste (, enhance, paste_enhanced) (, encode).
+
+    A stage whose actors get no GPU (see ``_gets_gpu``) runs its models on CPU, whatever
+    providers ``engine`` asks for.
+    """
     def budget(resources: StageResources) -> dict[str, Any]:
         return {"cpu_budget": resources.cpu_budget}
 
+    def cfg(resources: StageResources) -> EngineConfig:
+        return engine if _gets_gpu(resources, pipeline, gpus_available) else cpu_only(engine)
+
     specs = [
-        StageSpec(DetectStage, (engine,), {**budget(pipeline.detect), "reference": reference}, pipeline.detect),
-        StageSpec(SwapStage, (engine, dict(identities)), budget(pipeline.swap), pipeline.swap),
-        StageSpec(PasteStage, (engine,), budget(pipeline.paste), pipeline.paste),
+        StageSpec(DetectStage, (cfg(pipeline.detect),), {**budget(pipeline.detect), "reference": reference},
+                  pipeline.detect),
+        StageSpec(SwapStage, (cfg(pipeline.swap), dict(identities)), budget(pipeline.swap), pipeline.swap),
+        StageSpec(PasteStage, (cfg(pipeline.paste),), budget(pipeline.paste), pipeline.paste),
     ]
     if engine.enhance.enabled:
-        specs += [StageSpec(EnhanceStage, (engine,), budget(pipeline.enhance), pipeline.enhance),
-                  StageSpec(PasteEnhancedStage, (engine,), budget(pipeline.paste_enhanced), pipeline.paste_enhanced)]
+        specs += [StageSpec(EnhanceStage, (cfg(pipeline.enhance),), budget(pipeline.enhance), pipeline.enhance),
+                  StageSpec(PasteEnhancedStage, (cfg(pipeline.paste_enhanced),), budget(pipeline.paste_enhanced),
+                            pipeline.paste_enhanced)]
     if sink is not None:
         specs.append(StageSpec(EncodeStage, (list(sink.writers), dict(sink.segments), dict(sink.images)), {},
                                pipeline.encode))
     return specs
 
 
-def _pool_args(resources: StageResources, gpus_available: bool) -> dict[str, Any]:
-    num_gpus = resources.num_gpus if gpus_available else 0.0
+def _pool_args(resources: StageResources, gets_gpu: bool) -> dict[str, Any]:
+    num_gpus = resources.num_gpus if gets_gpu else 0.0
     args: dict[str, Any] = {
         "batch_size": resources.batch_size,
         "compute": ActorPoolStrategy(min_size=resources.min_actors, max_size=resources.max_actors),
@@ -131,10 +156,11 @@ def build_pipeline(ds: Dataset, engine: EngineConfig, pipeline: PipelineConfig,
     """Chain the stages on ``ds``, as separate pools or fused (see the module docstring).
 
     GPU stages ask for ``num_gpus`` only when the cluster has GPUs; otherwise they run on CPU
-    with the same batching. Each actor's ONNX sessions get threads from its own CPU budget.
+    with the same batching. Stages given no GPU run their models on CPU (``cpu_only``). Each
+    actor's ONNX sessions get threads from its own CPU budget.
     """
     gpus = cluster_gpus() > 0 if gpus_available is None else gpus_available
-    specs = stage_specs(engine, pipeline, identities, reference, sink)
+    specs = stage_specs(engine, pipeline, identities, reference, sink, gpus_available=gpus)
     if pipeline.fused(gpus):
         fused = pipeline.detect
         for spec in specs:  # every stage of a fused actor works within the actor's budget
@@ -146,5 +172,5 @@ def build_pipeline(ds: Dataset, engine: EngineConfig, pipeline: PipelineConfig,
         log.info("no GPU in the cluster: GPU stages run on CPU")
     for spec in specs:
         ds = ds.map_batches(spec.cls, fn_constructor_args=spec.args, fn_constructor_kwargs=spec.kwargs,
-                            **_pool_args(spec.resources, gpus))
+                            **_pool_args(spec.resources, _gets_gpu(spec.resources, pipeline, gpus)))
     return ds

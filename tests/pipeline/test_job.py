@@ -249,3 +249,21 @@ def test_video_outputs_in_other_containers_fail_alone(media, job_cfg, tmp_path):
     assert "video outputs must end in .mp4, .m4v or .mov" in status["biden-clip.mkv"][1]
     assert status["biden-still.png"][0] == "done"
     assert sorted(p.name for p in out.iterdir()) == ["biden-still.png"]
+
+
+def test_the_driver_embeds_the_sources_on_cpu(media, job_cfg, tmp_path, monkeypatch):
+    """Even with GPU providers configured: the driver holds no GPU that Ray counts."""
+    from fusion_ray.errors import ModelError
+
+    seen = []
+
+    def load(cfg, **kwargs):
+        seen.append(cfg.runtime.providers)
+        raise ModelError("stopped by the test")
+
+    monkeypatch.setattr(Engine, "load", load)
+    cuda = job_cfg.engine.model_copy(update={"runtime": RuntimeConfig(providers=["cuda"])})
+    report = run_job([JobItem((media["source"],), media["image"], tmp_path / "x.png")],
+                     JobConfig(engine=cuda, pipeline=job_cfg.pipeline))
+    assert seen == [["cpu"]]
+    assert report.items[0].status == "failed" and "stopped by the test" in report.items[0].error

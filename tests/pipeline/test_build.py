@@ -1,0 +1,49 @@
+"""Stage specs (no Ray started): which stages run their models on the GPU."""
+
+import pytest
+
+from fusion_ray.config import EngineConfig, EnhanceConfig, RuntimeConfig
+from fusion_ray.pipeline.build import Sink, _gets_gpu, _pool_args, stage_specs
+from fusion_ray.pipeline.config import PipelineConfig, StageResources
+from fusion_ray.pipeline.writer import EncodeStage
+
+CUDA = EngineConfig(runtime=RuntimeConfig(providers=["cuda"]), enhance=EnhanceConfig(enabled=True))
+
+
+def _providers(pipeline, gpus_available):
+    specs = stage_specs(CUDA, pipeline, {}, None, Sink([], {}, {}), gpus_available=gpus_available)
+    return {spec.cls.name: spec.args[0].runtime.providers for spec in specs if spec.cls is not EncodeStage}
+
+
+def test_on_a_gpu_cluster_only_the_gpu_stages_keep_gpu_providers():
+    providers = _providers(PipelineConfig(), gpus_available=True)
+    assert providers == {"detect": ["cpu"], "swap": ["cuda"], "paste": ["cpu"], "enhance": ["cuda"],
+                         "paste_enhanced": ["cpu"]}
+
+
+@pytest.mark.parametrize("fuse", ["auto", "never", "always"])
+def test_without_a_gpu_every_stage_runs_on_cpu(fuse):
+    assert set(map(tuple, _providers(PipelineConfig(fuse=fuse), gpus_available=False).values())) == {("cpu",)}
+
+
+def test_a_fused_pool_runs_on_cpu_even_on_a_gpu_cluster():
+    assert set(map(tuple, _providers(PipelineConfig(fuse="always"), gpus_available=True).values())) == {("cpu",)}
+
+
+def test_a_gpu_stage_given_no_gpu_runs_on_cpu():
+    pipeline = PipelineConfig(swap=StageResources(num_gpus=0.0))
+    assert _providers(pipeline, gpus_available=True)["swap"] == ["cpu"]
+
+
+def test_the_rest_of_the_engine_config_is_kept():
+    spec = stage_specs(CUDA, PipelineConfig(), {}, None, None, gpus_available=True)[0]
+    assert spec.args[0].model_dump(exclude={"runtime"}) == CUDA.model_dump(exclude={"runtime"})
+    assert spec.args[0].runtime.device_id == CUDA.runtime.device_id
+
+
+@pytest.mark.parametrize("gpus_available", [True, False])
+def test_pools_ask_ray_for_a_gpu_exactly_when_their_stage_keeps_gpu_providers(gpus_available):
+    pipeline = PipelineConfig(fuse="never")
+    for spec in stage_specs(CUDA, pipeline, {}, None, None, gpus_available=gpus_available):
+        args = _pool_args(spec.resources, _gets_gpu(spec.resources, pipeline, gpus_available))
+        assert ("num_gpus" in args) == (spec.args[0].runtime.providers == ["cuda"]), spec.cls.name
