@@ -55,6 +55,10 @@ class PipelineConfig(_Config):
     enhance: StageResources = StageResources(num_cpus=0.2, num_gpus=0.5, batch_size=8)
     paste_enhanced: StageResources = StageResources(num_cpus=0.1, batch_size=8)
     encode: StageResources = StageResources(num_cpus=0.1, batch_size=16, threads=1)
+    gpus: Literal["auto", "always", "never"] = Field(
+        default="auto", description="Whether GPU stages ask Ray for GPUs: 'auto' when the cluster has "
+        "GPUs when the job starts; 'always' on an autoscaling cluster whose GPU workers start at zero "
+        "(the requests make the autoscaler add them); 'never' runs everything on CPU.")
     fuse: Literal["auto", "always", "never"] = Field(
         default="auto", description="Run the whole chain in one CPU actor pool (sized by 'detect'): "
         "'auto' fuses when the cluster has no GPU.")
@@ -69,6 +73,10 @@ class PipelineConfig(_Config):
         default=None, gt=0.0, description="Fail the job when no progress is made for this long (None: Ray's default).")
     progress_bars: bool = Field(default=True, description="Show Ray Data's progress bars.")
 
+
+    def uses_gpus(self, cluster_gpus: float) -> bool:
+        """Whether GPU stages request GPUs, given the GPUs the cluster has now (see ``gpus``)."""
+        return self.gpus == "always" or (self.gpus == "auto" and cluster_gpus > 0)
 
     def fused(self, gpus_available: bool) -> bool:
         """Whether the chain runs fused in one CPU pool (``fuse: auto`` fuses when there is no GPU)."""

@@ -199,11 +199,11 @@ def run_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Path | Non
                 _fail(results[n], exc)
     # A pipeline that cannot fit is a whole-job error, raised before anything is written.
     if group_cfgs:
-        gpus_available = cluster_gpus() > 0
+        gpus_now = cluster_gpus()
         cluster_cpus = float(ray.cluster_resources().get("CPU", 0.0))
         for group_cfg in group_cfgs.values():
             group_cfg.pipeline.check_fits(cluster_cpus, enhance=group_cfg.engine.enhance.enabled,
-                                          gpus_available=gpus_available)
+                                          gpus_available=group_cfg.pipeline.uses_gpus(gpus_now))
     for options, group_cfg in group_cfgs.items():
         members = groups[options]
         try:
@@ -301,7 +301,7 @@ def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: lis
             return
         total_frames = sum(v.info.frame_count for v in videos.values()) + len(images)
 
-        gpus_available = cluster_gpus() > 0
+        gpus_available = pipeline.uses_gpus(cluster_gpus())
         targets = {n: VideoTarget(v.info.fps, v.info.width, v.info.height, str(v.work_dir))
                    for n, v in videos.items()}
         writer_cls = ray.remote(SegmentWriter).options(num_cpus=pipeline.writer_num_cpus)

@@ -1,5 +1,6 @@
-"""The pipeline configuration: the checked-in file and the Ray Data settings of a job."""
+"""The pipeline configuration: the checked-in files and the Ray Data settings of a job."""
 
+import pytest
 from ray.data import DataContext
 
 from fusion_ray.pipeline.config import PipelineConfig, load_job_config
@@ -25,3 +26,18 @@ def test_job_settings_apply_to_ray_data_and_are_restored():
         assert ctx.enable_progress_bars is False
         assert ctx.execution_options.resource_limits.object_store_memory == 128 * 2**20
     assert (ctx.wait_for_min_actors_s, ctx.target_max_block_size, ctx.enable_progress_bars) == before
+
+
+@pytest.mark.parametrize("setting,cluster_gpus,expected", [
+    ("auto", 0.0, False), ("auto", 1.0, True), ("always", 0.0, True), ("never", 2.0, False)])
+def test_gpu_stages_ask_for_gpus(setting, cluster_gpus, expected):
+    pipeline = PipelineConfig(gpus=setting)
+    assert pipeline.uses_gpus(cluster_gpus) is expected
+    assert pipeline.fused(pipeline.uses_gpus(cluster_gpus)) is not expected  # fuse: auto
+
+
+def test_cluster_pipeline_config_asks_for_gpus_before_any_gpu_node_is_up():
+    """cluster.yaml's GPU workers autoscale from zero: the job must request GPUs anyway."""
+    cfg = load_job_config(REPO_ROOT / "configs" / "pipeline_cluster.yaml")
+    assert cfg.pipeline.uses_gpus(0.0) and not cfg.pipeline.fused(True)
+    cfg.pipeline.check_fits(16.0, enhance=True, gpus_available=True)  # cluster.yaml's 16-CPU head
