@@ -59,6 +59,7 @@ class ImageTarget:
 @dataclass
 class _OpenSegment:
     path: Path
+    start_index: int
     next_index: int
     end_index: int
     frames: queue.Queue[Any]
@@ -80,12 +81,13 @@ class SegmentWriter:
         self.options = options
         self.max_queue = max_queue
         self.open: dict[SegmentKey, _OpenSegment] = {}
+        self.closed: set[SegmentKey] = set()  # finished or aborted: late pushes are ignored
 
     def _start(self, key: SegmentKey, start_frame: int, frame_count: int) -> _OpenSegment:
         target = self.targets[key[0]]
         path = segment_path(target.work_dir, key)
         frames: queue.Queue[Any] = queue.Queue(maxsize=self.max_queue)
-        state = _OpenSegment(path, start_frame, start_frame + frame_count, frames, threading.Thread())
+        state = _OpenSegment(path, start_frame, start_frame, start_frame + frame_count, frames, threading.Thread())
 
         ended = threading.Event()
 
@@ -113,11 +115,21 @@ class SegmentWriter:
 
     def push(self, key: SegmentKey, start_frame: int, frame_count: int,
              indices: Sequence[int], frames: Sequence[np.ndarray]) -> int:
-        """Add frames of a segment (any order); returns how many frames were queued for encoding."""
+        """Add frames of a segment (any order); returns how many frames were queued for encoding.
+
+        Frames already received are ignored: when Ray Data re-runs a block after a stage actor
+        died, the block's frames may arrive a second time. A segment already finished or
+        aborted ignores pushes (a re-run must not restart its encoder over the written file).
+        """
+        if key in self.closed:
+            return 0
         state = self.open.get(key) or self._start(key, start_frame, frame_count)
         for index, frame in zip(indices, frames, strict=True):
-            if not state.next_index <= index < state.end_index or index in state.pending:
-                raise ValueError(f"segment {key}: unexpected or repeated frame index {index}")
+            if not state.start_index <= index < state.end_index:
+                raise ValueError(f"segment {key}: frame index {index} is outside "
+                                 f"[{state.start_index}, {state.end_index})")
+            if index < state.next_index or index in state.pending:
+                continue  # a repeat
             state.pending[int(index)] = frame
         queued = 0
         while state.next_index in state.pending:
@@ -131,6 +143,7 @@ class SegmentWriter:
     def finish(self, key: SegmentKey) -> tuple[str, int]:
         """Wait for a complete segment's encoder; returns (segment file, frames written)."""
         state = self.open.pop(key)
+        self.closed.add(key)
         if state.next_index != state.end_index:
             state.frames.put(_END)
             state.thread.join()
@@ -143,6 +156,7 @@ class SegmentWriter:
     def abort(self, keys: Sequence[SegmentKey]) -> None:
         """Stop and forget segments (of a failed item); their partial files are removed."""
         for key in keys:
+            self.closed.add(key)
             state = self.open.pop(key, None)
             if state is None:
                 continue

@@ -2,6 +2,7 @@
 image outputs."""
 
 from fractions import Fraction
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -35,14 +36,19 @@ def test_out_of_order_frames_are_encoded_in_order(tmp_path):
     assert widths == sorted(widths)
 
 
-def test_repeated_or_foreign_index_is_rejected(tmp_path):
-    writer = SegmentWriter({0: VideoTarget(Fraction(25), 96, 64, str(tmp_path))}, EncodeOptions())
-    writer.push((0, 1), 10, 4, [11], [_frame(1)])
-    with pytest.raises(ValueError, match="unexpected or repeated"):
-        writer.push((0, 1), 10, 4, [11], [_frame(1)])
-    with pytest.raises(ValueError, match="unexpected or repeated"):
+def test_repeated_frames_are_ignored_and_foreign_ones_rejected(tmp_path):
+    """A block re-run after an actor died pushes its frames again: the segment is still whole."""
+    writer = SegmentWriter({0: VideoTarget(Fraction(25), 96, 64, str(tmp_path))}, EncodeOptions(preset="ultrafast"))
+    writer.push((0, 1), 10, 4, [11, 10], [_frame(1), _frame(0)])
+    assert writer.push((0, 1), 10, 4, [10, 11], [_frame(0), _frame(1)]) == 0  # both already received
+    with pytest.raises(ValueError, match="outside"):
         writer.push((0, 1), 10, 4, [14], [_frame(4)])
-    writer.abort([(0, 1)])
+    writer.push((0, 1), 10, 4, [12, 13], [_frame(2), _frame(3)])
+    path, written = writer.finish((0, 1))
+    assert written == 4 and probe(path).frame_count == 4
+    size = Path(path).stat().st_size
+    assert writer.push((0, 1), 10, 4, [10], [_frame(0)]) == 0  # late: the finished file is left alone
+    assert Path(path).stat().st_size == size and (0, 1) not in writer.open
 
 
 def test_incomplete_segment_cannot_finish_and_abort_cleans_up(tmp_path):
