@@ -151,6 +151,12 @@ class _Video:
     remaining: set[int] = field(default_factory=set)
     finished: dict[int, str] = field(default_factory=dict)
 
+    @property
+    def frame_count(self) -> int:
+        """Frames the decoder delivers: the segment plan's (from the packets), not the container's
+        sample count, which also counts the frames an edit list (a `-c copy` trim) hides."""
+        return sum(s.frame_count for s in self.segments)
+
 
 ProgressCallback = Callable[[int, int, JobReport], None]
 """progress(frames_done, frames_total, report_so_far)."""
@@ -299,7 +305,7 @@ def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: lis
                 _fail(results[n], exc)
         if not units:
             return
-        total_frames = sum(v.info.frame_count for v in videos.values()) + len(images)
+        total_frames = sum(v.frame_count for v in videos.values()) + len(images)
 
         gpus_available = pipeline.uses_gpus(cluster_gpus())
         targets = {n: VideoTarget(v.info.fps, v.info.width, v.info.height, str(v.work_dir))
@@ -500,8 +506,8 @@ def _join(video: _Video, item: JobItem, result: ItemResult, metadata: Mapping[st
     comment = f"made by fusion_ray {__version__}"
     if "fusion_ray.stand_in_models" in metadata:
         comment += f" with STAND-IN models ({metadata['fusion_ray.stand_in_models']}): not a real face swap"
-    if result.frames != video.info.frame_count:
-        _fail(result, f"processed {result.frames} of {video.info.frame_count} frames")
+    if result.frames != video.frame_count:
+        _fail(result, f"processed {result.frames} of {video.frame_count} frames")
         return
     if result.frames_failed == result.frames:
         # Nothing was swapped: writing the unchanged clip would make a re-run skip it.

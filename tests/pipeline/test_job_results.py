@@ -51,3 +51,15 @@ def test_a_video_without_failed_frames_has_no_error(clip, tmp_path):
     video, result = _finished_video(clip, tmp_path, [""] * 6)
     _join(video, JobItem((clip,), clip, tmp_path / "out.mp4"), result, {})
     assert result.status == "done" and result.error == "" and result.frames_failed == 0
+
+
+def test_the_expected_frame_count_is_the_segment_plans(clip, tmp_path):
+    """An edit list (a `-c copy` trim) hides frames the container still counts: the decoder
+    delivers the plan's frames, and that is what a complete video is checked against."""
+    import dataclasses
+
+    video, result = _finished_video(clip, tmp_path, [""] * 6)
+    video.info = dataclasses.replace(video.info, frame_count=video.info.frame_count + 2)
+    output = tmp_path / "out.mp4"
+    _join(video, JobItem((clip,), clip, output), result, {})
+    assert result.status == "done" and output.exists()
