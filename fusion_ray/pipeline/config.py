@@ -91,14 +91,26 @@ class PipelineConfig(_Config):
                 stages += [self.enhance, self.paste_enhanced]
         return sum(s.num_cpus * s.min_actors for s in stages) + self.writers * self.writer_num_cpus
 
-    def check_fits(self, cluster_cpus: float, *, enhance: bool, gpus_available: bool) -> None:
-        """ConfigError when the pools leave no CPU for a read task (the job would deadlock)."""
+    def check_fits(self, cluster_cpus: float, *, enhance: bool, gpus_available: bool,
+                   cluster_gpus: float | None = None) -> None:
+        """ConfigError when the pools leave no CPU for a read task (the job would deadlock), or,
+        with ``gpus: auto``, when the GPU pools' min_actors need more GPUs than the cluster has
+        (they would never start). With ``gpus: always`` the autoscaler may still add GPUs."""
         reserved = self.reserved_cpus(enhance, gpus_available)
         if reserved + self.read_num_cpus > cluster_cpus + 1e-9:
             raise ConfigError(
                 f"the pipeline's actor pools reserve {reserved:g} CPUs and a read task needs "
                 f"{self.read_num_cpus:g}, but the cluster has {cluster_cpus:g}: lower the stages' "
                 "num_cpus or min_actors in the pipeline config (the job would deadlock)")
+        if cluster_gpus is None or self.gpus != "auto" or not gpus_available or self.fused(gpus_available):
+            return
+        stages = [self.swap, self.enhance] if enhance else [self.swap]
+        needed = sum(s.num_gpus * s.min_actors for s in stages)
+        if needed > cluster_gpus + 1e-9:
+            raise ConfigError(
+                f"the GPU pools' min_actors need {needed:g} GPUs but the cluster has {cluster_gpus:g}: "
+                "lower num_gpus or min_actors of swap/enhance (or set gpus: always on a cluster that "
+                "autoscales GPU workers)")
 
 
 class JobConfig(_Config):

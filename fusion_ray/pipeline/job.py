@@ -209,7 +209,7 @@ def run_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Path | Non
         cluster_cpus = float(ray.cluster_resources().get("CPU", 0.0))
         for group_cfg in group_cfgs.values():
             group_cfg.pipeline.check_fits(cluster_cpus, enhance=group_cfg.engine.enhance.enabled,
-                                          gpus_available=group_cfg.pipeline.uses_gpus(gpus_now))
+                                          gpus_available=group_cfg.pipeline.uses_gpus(gpus_now), cluster_gpus=gpus_now)
     for options, group_cfg in group_cfgs.items():
         members = groups[options]
         try:

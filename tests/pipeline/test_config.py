@@ -41,3 +41,16 @@ def test_cluster_pipeline_config_asks_for_gpus_before_any_gpu_node_is_up():
     cfg = load_job_config(REPO_ROOT / "configs" / "pipeline_cluster.yaml")
     assert cfg.pipeline.uses_gpus(0.0) and not cfg.pipeline.fused(True)
     cfg.pipeline.check_fits(16.0, enhance=True, gpus_available=True)  # cluster.yaml's 16-CPU head
+
+
+def test_gpu_pools_that_cannot_start_are_refused():
+    from fusion_ray.errors import ConfigError
+    from fusion_ray.pipeline.config import StageResources
+
+    pipeline = PipelineConfig(swap=StageResources(num_gpus=0.5, min_actors=3, max_actors=3))
+    pipeline.check_fits(16.0, enhance=False, gpus_available=True, cluster_gpus=2.0)  # 1.5 of 2
+    with pytest.raises(ConfigError, match="need 2 GPUs but the cluster has 1"):
+        pipeline.check_fits(16.0, enhance=True, gpus_available=True, cluster_gpus=1.0)  # + enhance 0.5
+    # gpus: always waits for the autoscaler instead
+    always = pipeline.model_copy(update={"gpus": "always"})
+    always.check_fits(16.0, enhance=True, gpus_available=True, cluster_gpus=0.0)
