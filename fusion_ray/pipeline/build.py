@@ -102,6 +102,13 @@ def cpu_only(engine: EngineConfig) -> EngineConfig:
     return engine.model_copy(update={"runtime": engine.runtime.model_copy(update={"providers": ["cpu"]})})
 
 
+def on_ray_gpu(engine: EngineConfig) -> EngineConfig:
+    """``engine`` for an actor Ray gives a GPU: Ray shows it only its GPU(s), as device 0."""
+    if engine.runtime.device_id == 0:
+        return engine
+    return engine.model_copy(update={"runtime": engine.runtime.model_copy(update={"device_id": 0})})
+
+
 def _gets_gpu(resources: StageResources, pipeline: PipelineConfig, gpus_available: bool) -> bool:
     """Whether a stage's actors ask Ray for a GPU (never in a fused pool or a GPU-less cluster)."""
     return gpus_available and not pipeline.fused(gpus_available) and resources.num_gpus > 0
@@ -118,7 +125,7 @@ def stage_specs(engine: EngineConfig, pipeline: PipelineConfig, identities: Mapp
         return {"cpu_budget": resources.cpu_budget}
 
     def cfg(resources: StageResources) -> EngineConfig:
-        return engine if _gets_gpu(resources, pipeline, gpus_available) else cpu_only(engine)
+        return on_ray_gpu(engine) if _gets_gpu(resources, pipeline, gpus_available) else cpu_only(engine)
 
     specs = [
         StageSpec(DetectStage, (cfg(pipeline.detect),), {**budget(pipeline.detect), "reference": reference},
