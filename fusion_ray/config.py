@@ -104,6 +104,18 @@ class EngineConfig(_Config):
     swap: SwapConfig = SwapConfig()
     enhance: EnhanceConfig = EnhanceConfig()
 
+    def in_ray_actor(self, gets_gpu: bool) -> EngineConfig:
+        """This config as seen from a Ray actor (a pipeline stage or a Serve replica).
+
+        An actor Ray gives no GPU runs on CPU: Ray hides the devices from it, so CUDA providers
+        would fail, or use GPU memory Ray does not count. An actor given a GPU sees only its
+        own GPU(s), numbered from 0.
+        """
+        update = {"device_id": 0} if gets_gpu else {"providers": ["cpu"]}
+        if all(getattr(self.runtime, key) == value for key, value in update.items()):
+            return self
+        return self.model_copy(update={"runtime": self.runtime.model_copy(update=update)})
+
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
 

@@ -91,24 +91,6 @@ class FusedStage:
         return batch
 
 
-def cpu_only(engine: EngineConfig) -> EngineConfig:
-    """``engine`` with ONNX Runtime forced onto the CPU.
-
-    For every process Ray gives no GPU: there, CUDA providers either fail (Ray hides the
-    devices) or use GPU memory that Ray does not count.
-    """
-    if engine.runtime.providers == ["cpu"]:
-        return engine
-    return engine.model_copy(update={"runtime": engine.runtime.model_copy(update={"providers": ["cpu"]})})
-
-
-def on_ray_gpu(engine: EngineConfig) -> EngineConfig:
-    """``engine`` for an actor Ray gives a GPU: Ray shows it only its GPU(s), as device 0."""
-    if engine.runtime.device_id == 0:
-        return engine
-    return engine.model_copy(update={"runtime": engine.runtime.model_copy(update={"device_id": 0})})
-
-
 def _gets_gpu(resources: StageResources, pipeline: PipelineConfig, gpus_available: bool) -> bool:
     """Whether a stage's actors ask Ray for a GPU (never in a fused pool or a GPU-less cluster)."""
     return gpus_available and not pipeline.fused(gpus_available) and resources.num_gpus > 0
@@ -125,7 +107,7 @@ def stage_specs(engine: EngineConfig, pipeline: PipelineConfig, identities: Mapp
         return {"cpu_budget": resources.cpu_budget}
 
     def cfg(resources: StageResources) -> EngineConfig:
-        return on_ray_gpu(engine) if _gets_gpu(resources, pipeline, gpus_available) else cpu_only(engine)
+        return engine.in_ray_actor(_gets_gpu(resources, pipeline, gpus_available))
 
     specs = [
         StageSpec(DetectStage, (cfg(pipeline.detect),), {**budget(pipeline.detect), "reference": reference},
@@ -163,7 +145,7 @@ def build_pipeline(ds: Dataset, engine: EngineConfig, pipeline: PipelineConfig,
     """Chain the stages on ``ds``, as separate pools or fused (see the module docstring).
 
     GPU stages ask for ``num_gpus`` only when the cluster has GPUs; otherwise they run on CPU
-    with the same batching. Stages given no GPU run their models on CPU (``cpu_only``). Each
+    with the same batching. Stages given no GPU run their models on CPU (``EngineConfig.in_ray_actor``). Each
     actor's ONNX sessions get threads from its own CPU budget.
     """
     gpus = cluster_gpus() > 0 if gpus_available is None else gpus_available

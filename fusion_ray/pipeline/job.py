@@ -42,7 +42,7 @@ from fusion_ray.errors import ConfigError, FusionRayError, InputError
 from fusion_ray.fsutil import atomic_write_bytes
 from fusion_ray.image import load_reference, metadata_for
 from fusion_ray.imageio import read_image
-from fusion_ray.pipeline.build import Sink, build_pipeline, cluster_gpus, cpu_only
+from fusion_ray.pipeline.build import Sink, build_pipeline, cluster_gpus
 from fusion_ray.pipeline.config import FUSED_POOL, JobConfig, PipelineConfig
 from fusion_ray.pipeline.datasource import FrameDatasource, ReadUnit
 from fusion_ray.pipeline.stages import stage_names
@@ -285,7 +285,7 @@ def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: lis
     driver_components: list[Any] = ["detector", "embedder"] if (
         engine_cfg.swap.swapper == "inswapper" or engine_cfg.selection.mode == "reference") else ["detector"]
     # On CPU: a few small embeddings, and GPU memory held here would be memory Ray does not count.
-    driver_engine = Engine.load(cpu_only(engine_cfg), components=driver_components, cpu_budget=1)
+    driver_engine = Engine.load(engine_cfg.in_ray_actor(gets_gpu=False), components=driver_components, cpu_budget=1)
     identities, source_of = _prepare_identities(items, todo, driver_engine, results)
     reference = load_reference(driver_engine)
     stand_ins = _stand_in_models(engine_cfg, driver_engine)

@@ -140,7 +140,7 @@ class IngressCore:
         self.limiter = InflightLimiter(self.limits.max_inflight, self.limits.retry_after_s)
         self.metrics = MetricsRecorder()
         self.replica = uuid.uuid4().hex[:8]
-        cfg = settings.engine
+        cfg = settings.engine.in_ray_actor(settings.deployments.ingress.num_gpus > 0)
         budget = settings.deployments.ingress.threads_budget()  # also sizes OpenCV's thread pool
         plain_cfg = cfg.model_copy(update={"enhance": cfg.enhance.model_copy(update={"enabled": False})})
         enhance_cfg: EngineConfig = cfg.model_copy(update={"enhance": cfg.enhance.model_copy(update={"enabled": True})})

@@ -66,7 +66,7 @@ class DetectorDeployment:
     """CPU: SCRFD detection, face selection and swap crops (``DetectStage``), one frame per call."""
 
     def __init__(self, settings: ServeSettings) -> None:
-        self.cfg: EngineConfig = settings.engine
+        self.cfg: EngineConfig = settings.engine.in_ray_actor(settings.deployments.detector.num_gpus > 0)
         budget = settings.deployments.detector.threads_budget()
         self.base = DetectStage(self.cfg, cpu_budget=budget)
         spec = get_spec(self.cfg.models.embedder)
@@ -112,7 +112,7 @@ class SwapperDeployment:
     """GPU: batched swap over all faces of all requests in a batch, and batched source embedding."""
 
     def __init__(self, settings: ServeSettings) -> None:
-        cfg = settings.engine
+        cfg = settings.engine.in_ray_actor(settings.deployments.swapper.num_gpus > 0)
         budget = settings.deployments.swapper.threads_budget()
         self.stage = SwapStage(cfg, cpu_budget=budget)
         self.embedder_engine = Engine.load(cfg, components=["embedder"], cpu_budget=budget)
@@ -188,7 +188,8 @@ class EnhancerDeployment:
     def __init__(self, settings: ServeSettings) -> None:
         # The model runs at blend 1.0 (pure enhanced); each request's blend is applied after,
         # with the same blend_crops the engine uses, so results equal the engine's exactly.
-        cfg = settings.engine.model_copy(update={"enhance": EnhanceConfig(enabled=True, blend=1.0)})
+        cfg = settings.engine.in_ray_actor(settings.deployments.enhancer.num_gpus > 0).model_copy(
+            update={"enhance": EnhanceConfig(enabled=True, blend=1.0)})
         budget = settings.deployments.enhancer.threads_budget()
         self.stage = EnhanceStage(cfg, cpu_budget=budget)
         _configure_batching(self._enhance_batched, settings.batching.enhance)  # type: ignore[misc]
