@@ -15,6 +15,7 @@ from fusion_ray.bench.models import BenchModels
 from fusion_ray.bench.pipeline import PipelineResult
 from fusion_ray.bench.serial import SerialResult
 from fusion_ray.bench.sweep import SweepResult
+from fusion_ray.pipeline.config import FUSED_POOL
 
 SCHEMA_VERSION = 1
 
@@ -166,8 +167,8 @@ class BenchReport:
                 out.append(f"| {name} | {st['busy_s']:.2f} | {st['ms_per_frame']:.1f} | {st['idle_s']:.2f} | "
                            f"{st['idle_ratio']:.2f} |")
             out += ["", "Idle ratio = time the stage's actors waited for input / (waiting + working). With the "
-                    "stages fused in one CPU pool (no GPU), the pool's waiting shows on the first stage and "
-                    "the others show none.", ""]
+                    f"stages fused in one CPU pool (no GPU), the pool reports as the row `{FUSED_POOL}` and its "
+                    "stages show no waiting.", ""]
         return out
 
 

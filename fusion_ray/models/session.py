@@ -21,6 +21,7 @@ import onnxruntime as ort
 
 from fusion_ray.config import RuntimeConfig
 from fusion_ray.errors import ModelError
+from fusion_ray.models.store import user_cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ def tensorrt_cache_dir(model_path: Path, runtime: RuntimeConfig) -> Path:
 
     The configured directory (a ModelError if it cannot be created); else ``trt_cache`` beside
     the model; else, when that folder cannot be written (read-only shared model storage), the
-    per-user cache ``~/.cache/fusion_ray/trt_cache``.
+    per-user cache (``~/.cache/fusion_ray/trt_cache``).
     """
     if runtime.tensorrt_cache_dir is not None:
         try:
@@ -117,7 +118,7 @@ def tensorrt_cache_dir(model_path: Path, runtime: RuntimeConfig) -> Path:
             return beside
     except OSError:
         pass
-    fallback = Path.home() / ".cache" / "fusion_ray" / "trt_cache"
+    fallback = user_cache_dir() / "trt_cache"
     log.warning("cannot write the TensorRT engine cache beside the model (%s); using %s", beside, fallback)
     fallback.mkdir(parents=True, exist_ok=True)
     return fallback

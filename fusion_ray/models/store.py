@@ -68,6 +68,15 @@ _USER_AGENT = f"fusion-ray/{__version__} (+urllib)"
 # --------------------------------------------------------------------------- directories
 
 
+def user_cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """fusion_ray's per-user cache: ``$XDG_CACHE_HOME/fusion_ray`` (``~/.cache`` when unset)."""
+    environ: Mapping[str, str] = os.environ if env is None else env
+    xdg = environ.get("XDG_CACHE_HOME", "").strip()
+    # The XDG spec says relative paths are invalid and must be ignored.
+    cache = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return cache / "fusion_ray"
+
+
 def resolve_models_dir(explicit: Path | None = None, env: Mapping[str, str] | None = None) -> Path:
     """The models directory: ``explicit`` (the CLI's ``--models-dir``), else ``$FUSION_RAY_MODELS``,
     else the per-user cache ``$XDG_CACHE_HOME/fusion_ray/models`` (``~/.cache`` when unset).
@@ -81,10 +90,7 @@ def resolve_models_dir(explicit: Path | None = None, env: Mapping[str, str] | No
     from_env = environ.get(ENV_MODELS_DIR, "").strip()
     if from_env:
         return Path(from_env).expanduser()
-    xdg = environ.get("XDG_CACHE_HOME", "").strip()
-    # The XDG spec says relative paths are invalid and must be ignored.
-    cache = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
-    return cache / "fusion_ray" / "models"
+    return user_cache_dir(environ) / "models"
 
 
 def record_path(path: Path) -> Path:

@@ -60,6 +60,8 @@ class StageSpec:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     resources: StageResources
+    gets_gpu: bool = False
+    """Whether its actors ask Ray for a GPU (they keep GPU providers only then)."""
 
     def build(self) -> Stage:
         return self.cls(*self.args, **self.kwargs)
@@ -101,24 +103,22 @@ def stage_specs(engine: EngineConfig, pipeline: PipelineConfig, identities: Mapp
     """The chain, in order: detect, swap, paste (, enhance, paste_enhanced) (, encode).
 
     A stage whose actors get no GPU (see ``_gets_gpu``) runs its models on CPU, whatever
-    providers ``engine`` asks for.
+    providers ``engine`` asks for. In a fused pool every stage works within the pool's
+    (``detect``'s) CPU budget.
     """
-    def budget(resources: StageResources) -> dict[str, Any]:
-        return {"cpu_budget": resources.cpu_budget}
+    fused = pipeline.fused(gpus_available)
 
-    def cfg(resources: StageResources) -> EngineConfig:
-        return engine.in_ray_actor(_gets_gpu(resources, pipeline, gpus_available))
+    def spec(cls: type[Stage], resources: StageResources, *args: Any, **kwargs: Any) -> StageSpec:
+        gets_gpu = _gets_gpu(resources, pipeline, gpus_available)
+        budget = (pipeline.detect if fused else resources).cpu_budget
+        return StageSpec(cls, (engine.in_ray_actor(gets_gpu), *args), {"cpu_budget": budget, **kwargs},
+                         resources, gets_gpu)
 
-    specs = [
-        StageSpec(DetectStage, (cfg(pipeline.detect),), {**budget(pipeline.detect), "reference": reference},
-                  pipeline.detect),
-        StageSpec(SwapStage, (cfg(pipeline.swap), dict(identities)), budget(pipeline.swap), pipeline.swap),
-        StageSpec(PasteStage, (cfg(pipeline.paste),), budget(pipeline.paste), pipeline.paste),
-    ]
+    specs = [spec(DetectStage, pipeline.detect, reference=reference),
+             spec(SwapStage, pipeline.swap, dict(identities)),
+             spec(PasteStage, pipeline.paste)]
     if engine.enhance.enabled:
-        specs += [StageSpec(EnhanceStage, (cfg(pipeline.enhance),), budget(pipeline.enhance), pipeline.enhance),
-                  StageSpec(PasteEnhancedStage, (cfg(pipeline.paste_enhanced),), budget(pipeline.paste_enhanced),
-                            pipeline.paste_enhanced)]
+        specs += [spec(EnhanceStage, pipeline.enhance), spec(PasteEnhancedStage, pipeline.paste_enhanced)]
     if sink is not None:
         specs.append(StageSpec(EncodeStage, (list(sink.writers), dict(sink.segments), dict(sink.images)), {},
                                pipeline.encode))
@@ -151,15 +151,11 @@ def build_pipeline(ds: Dataset, engine: EngineConfig, pipeline: PipelineConfig,
     gpus = cluster_gpus() > 0 if gpus_available is None else gpus_available
     specs = stage_specs(engine, pipeline, identities, reference, sink, gpus_available=gpus)
     if pipeline.fused(gpus):
-        fused = pipeline.detect
-        for spec in specs:  # every stage of a fused actor works within the actor's budget
-            if "cpu_budget" in spec.kwargs:
-                spec.kwargs["cpu_budget"] = fused.cpu_budget
-        log.info("running the stages fused in one CPU actor pool (%d actors)", fused.max_actors)
-        return ds.map_batches(FusedStage, fn_constructor_args=(specs,), **_pool_args(fused, False))
+        log.info("running the stages fused in one CPU actor pool (%d actors)", pipeline.detect.max_actors)
+        return ds.map_batches(FusedStage, fn_constructor_args=(specs,), **_pool_args(pipeline.detect, False))
     if not gpus:
         log.info("no GPU in the cluster: GPU stages run on CPU")
     for spec in specs:
         ds = ds.map_batches(spec.cls, fn_constructor_args=spec.args, fn_constructor_kwargs=spec.kwargs,
-                            **_pool_args(spec.resources, _gets_gpu(spec.resources, pipeline, gpus)))
+                            **_pool_args(spec.resources, spec.gets_gpu))
     return ds

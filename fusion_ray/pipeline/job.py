@@ -204,8 +204,8 @@ def run_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Path | Non
             for n in members:
                 _fail(results[n], exc)
     # A pipeline that cannot fit is a whole-job error, raised before anything is written.
+    gpus_now = cluster_gpus() if group_cfgs else 0.0  # one reading: the checks and the runs agree
     if group_cfgs:
-        gpus_now = cluster_gpus()
         cluster_cpus = float(ray.cluster_resources().get("CPU", 0.0))
         for group_cfg in group_cfgs.values():
             group_cfg.pipeline.check_fits(cluster_cpus, enhance=group_cfg.engine.enhance.enabled,
@@ -213,7 +213,7 @@ def run_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Path | Non
     for options, group_cfg in group_cfgs.items():
         members = groups[options]
         try:
-            _run(items, members, group_cfg, results, report, progress)
+            _run(items, members, group_cfg, results, report, progress, gpus_now)
         except Exception as exc:  # this group's failure; the others still run
             log.warning("a group of %d item(s) failed: %s: %s", len(members), type(exc).__name__, exc,
                         exc_info=True)
@@ -278,7 +278,7 @@ def _prepare_identities(items: Sequence[JobItem], todo: list[int], engine: Engin
 
 
 def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: list[ItemResult],
-         report: JobReport, progress: ProgressCallback | None) -> None:
+         report: JobReport, progress: ProgressCallback | None, gpus_now: float) -> None:
     engine_cfg: EngineConfig = cfg.engine
     pipeline = cfg.pipeline
     # The driver embeds the sources once; every actor gets the (small) identities.
@@ -307,7 +307,7 @@ def _run(items: Sequence[JobItem], todo: list[int], cfg: JobConfig, results: lis
             return
         total_frames = sum(v.frame_count for v in videos.values()) + len(images)
 
-        gpus_available = pipeline.uses_gpus(cluster_gpus())
+        gpus_available = pipeline.uses_gpus(gpus_now)
         targets = {n: VideoTarget(v.info.fps, v.info.width, v.info.height, str(v.work_dir))
                    for n, v in videos.items()}
         writer_cls = ray.remote(SegmentWriter).options(num_cpus=pipeline.writer_num_cpus)

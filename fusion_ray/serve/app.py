@@ -89,8 +89,12 @@ METRICS_FLUSH_S = 0.5
 READY_TIMEOUT_S = 5.0
 
 
-def downstream_error(exc: BaseException, stage: str, retry_headers: dict[str, str]) -> ApiError | None:
-    """The answer to Ray's error from a downstream call, or None when ``exc`` is not one of them.
+DOWNSTREAM_ERRORS = (RayTaskError, RayActorError, RayServeException)
+"""Ray's errors from a call to another deployment (answered by :func:`downstream_error`)."""
+
+
+def downstream_error(exc: BaseException, stage: str, retry_headers: dict[str, str]) -> ApiError:
+    """The answer to one of :data:`DOWNSTREAM_ERRORS` from a downstream call.
 
     A replica that is gone or restarting (RayActorError, ActorUnavailableError, which subclasses it;
     Serve's own errors) is a 503 with Retry-After. A deployment method that raised (RayTaskError) is
@@ -99,10 +103,8 @@ def downstream_error(exc: BaseException, stage: str, retry_headers: dict[str, st
     if isinstance(exc, RayTaskError):
         log.error("the %s stage raised", stage, exc_info=exc)
         return ApiError(500, "stage_failed", f"the {stage} stage failed")
-    if isinstance(exc, (RayActorError, RayServeException)):
-        log.warning("the %s stage is unavailable: %s: %s", stage, type(exc).__name__, exc)
-        return ApiError(503, "stage_unavailable", f"the {stage} stage is unavailable; retry later", retry_headers)
-    return None
+    log.warning("the %s stage is unavailable: %s: %s", stage, type(exc).__name__, exc)
+    return ApiError(503, "stage_unavailable", f"the {stage} stage is unavailable; retry later", retry_headers)
 
 
 def _error_response(exc: ApiError) -> JSONResponse:
@@ -166,11 +168,8 @@ class IngressCore:
             self.metrics.inc("fusion_ray_rejected_total", reason=f"{stage}_queue_full")
             raise ApiError(503, "overloaded", f"the {stage} stage is at its queue limit ({exc}); retry later",
                            self.retry_headers()) from exc
-        except (RayTaskError, RayActorError, RayServeException) as exc:
-            answer = downstream_error(exc, stage, self.retry_headers())
-            if answer is None:
-                raise
-            raise answer from exc
+        except DOWNSTREAM_ERRORS as exc:
+            raise downstream_error(exc, stage, self.retry_headers()) from exc
         finally:
             self.metrics.stage(stage, time.perf_counter() - start)
 
@@ -507,11 +506,11 @@ def create_api(core: IngressCore) -> FastAPI:
 
     @api.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        answer = downstream_error(exc, "downstream", core.retry_headers())
-        if answer is None:  # the details (maybe a traceback, paths, data) stay in the server log
-            log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-            answer = ApiError(500, "internal_error", "internal server error (logged on the server)")
-        return _error_response(answer)
+        if isinstance(exc, DOWNSTREAM_ERRORS):
+            return _error_response(downstream_error(exc, "downstream", core.retry_headers()))
+        # the details (maybe a traceback, paths, data) stay in the server log
+        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return _error_response(ApiError(500, "internal_error", "internal server error (logged on the server)"))
 
     image_responses: dict[int | str, dict[str, Any]] = {
         200: {"content": {"image/png": {}, "image/jpeg": {}},

@@ -53,6 +53,7 @@ def test_tensorrt_cache_beside_the_model_or_in_the_user_cache(tmp_path, monkeypa
     models.mkdir()
     assert tensorrt_cache_dir(models / "m.onnx", RuntimeConfig()) == models / "trt_cache"
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")  # the model's folder cannot hold a cache folder
     assert tensorrt_cache_dir(blocked / "m.onnx", RuntimeConfig()) == tmp_path / "home/.cache/fusion_ray/trt_cache"
