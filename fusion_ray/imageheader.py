@@ -1,0 +1,79 @@
+"""An image's format and size from its header, without decoding pixels (Pillow's format plugins).
+
+One reader for every surface: the image command checks a file's pixel count before decoding
+it, and the service checks uploads before they reach the decoder. Pillow's own
+``Image.open`` refuses very large images outright (its decompression-bomb guard, a global
+setting), so this module asks the format plugins it registers for the header directly and
+applies the caller's pixel cap itself.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+from PIL import Image
+
+from fusion_ray.errors import InputError
+
+SUPPORTED_FORMATS = ("png", "jpeg", "webp", "bmp")
+_PIL_NAMES = {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP", "bmp": "BMP"}
+
+
+class UnsupportedImageError(InputError):
+    """The bytes are not an image in one of :data:`SUPPORTED_FORMATS` (HTTP 415)."""
+
+
+class MalformedImageError(InputError):
+    """The bytes start like a supported image but its header cannot be read (HTTP 422)."""
+
+
+class ImageTooLargeError(InputError):
+    """The header declares more pixels than allowed (HTTP 413)."""
+
+
+@dataclass(frozen=True)
+class ImageHeader:
+    """An image's format, dimensions and Pillow mode, read from its header."""
+
+    format: str
+    width: int
+    height: int
+    mode: str = ""
+
+    @property
+    def pixels(self) -> int:
+        return self.width * self.height
+
+
+
+def read_image_header(data: bytes, name: str = "image") -> ImageHeader:
+    """Format and dimensions from the header only; typed errors for other data."""
+    if not data:
+        raise MalformedImageError(f"{name} is empty")
+    Image.init()
+    prefix = data[:16]
+    for fmt in SUPPORTED_FORMATS:
+        factory, accept = Image.OPEN[_PIL_NAMES[fmt]]
+        if accept is not None and not accept(prefix):
+            continue
+        try:
+            image = factory(io.BytesIO(data), "")
+        except (SyntaxError, OSError, ValueError, EOFError, IndexError) as exc:
+            raise MalformedImageError(f"{name}: malformed {fmt.upper()} header ({exc})") from exc
+        width, height = image.size
+        if width <= 0 or height <= 0:
+            raise MalformedImageError(f"{name}: malformed {fmt.upper()} header (size {width}x{height})")
+        return ImageHeader(fmt, int(width), int(height), str(image.mode))
+    raise UnsupportedImageError(
+        f"{name} is not an image in a supported format ({', '.join(SUPPORTED_FORMATS)})")
+
+
+def check_image_header(data: bytes, name: str, max_pixels: int) -> ImageHeader:
+    """The header after the size check: :class:`ImageTooLargeError` over ``max_pixels``."""
+    header = read_image_header(data, name)
+    if header.pixels > max_pixels:
+        raise ImageTooLargeError(
+            f"{name} is {header.width}x{header.height} = {header.pixels} pixels, over the limit of "
+            f"{max_pixels} pixels")
+    return header
