@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+from fusion_ray.errors import InputError
 
 
 @contextlib.contextmanager
@@ -34,3 +36,25 @@ def atomic_write_bytes(destination: Path, data: bytes, *, fsync: bool = False) -
         if fsync:
             handle.flush()
             os.fsync(handle.fileno())
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name the same file, through symbolic and hard links.
+
+    When one of them does not exist, their resolved forms are compared.
+    """
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def check_not_an_input(output: Path, inputs: Sequence[tuple[str, Path]], what: str = "--output") -> None:
+    """InputError naming both arguments when ``output`` is the same file as one of ``inputs``.
+
+    ``inputs`` are (argument name, path) pairs. Even with ``--force`` an output must never
+    replace the file it is made from.
+    """
+    for name, path in inputs:
+        if same_file(output, path):
+            raise InputError(f"{what} {output} is the same file as {name} {path}: refusing to overwrite an input")

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from fusion_ray.cli.common import add_engine_arguments, engine_config_from_args
 from fusion_ray.cli.video import add_pipeline_arguments, run_video_swap
+from fusion_ray.config import EngineConfig
 from fusion_ray.errors import InputError
+from fusion_ray.fsutil import check_not_an_input
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -31,10 +33,19 @@ def _is_video(path: Path) -> bool:
     return bool(is_video_file(path))
 
 
+def _inputs(args: argparse.Namespace, cfg: EngineConfig) -> list[tuple[str, Path]]:
+    """Every input file with the argument that names it."""
+    inputs = [("--target", args.target), *(("--source", s) for s in args.source)]
+    if cfg.selection.reference_path is not None:
+        inputs.append(("--reference", cfg.selection.reference_path))
+    return inputs
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = engine_config_from_args(args)
     if not args.target.exists():
         raise InputError(f"file not found: {args.target}")
+    check_not_an_input(args.output, _inputs(args, cfg))
     if _is_video(args.target):
         return run_video_swap(args, cfg)
     from fusion_ray.engine import Engine

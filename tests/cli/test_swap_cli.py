@@ -119,3 +119,25 @@ def test_console_script_exit_code_and_message(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: file not found: {tmp_path / 'y.jpg'}"
+
+
+@pytest.mark.parametrize("case", ["target", "source", "symlink_to_target", "hard_link_to_source"])
+def test_force_never_overwrites_an_input(case, tmp_path, images_dir, model_args, capsys):
+    target = tmp_path / "target.png"
+    source = tmp_path / "source.png"
+    cv2.imwrite(str(target), read_image(images_dir / "obama.jpg").frame)
+    cv2.imwrite(str(source), read_image(images_dir / "biden.jpg").frame)
+    before = {p: p.read_bytes() for p in (target, source)}
+    named, out = {"target": ("--target", target), "source": ("--source", source),
+                  "symlink_to_target": ("--target", tmp_path / "link.png"),
+                  "hard_link_to_source": ("--source", tmp_path / "hard.png")}[case]
+    if case == "symlink_to_target":
+        out.symlink_to(target)
+    elif case == "hard_link_to_source":
+        out.hardlink_to(source)
+    code, err = swap(["-s", str(source), "-t", str(target), "-o", str(out), "--force", *model_args], capsys)
+    assert code == 2, err
+    assert err.strip().splitlines() == [
+        f"error: --output {out} is the same file as {named} {target if named == '--target' else source}: "
+        "refusing to overwrite an input"]
+    assert {p: p.read_bytes() for p in (target, source)} == before

@@ -18,3 +18,17 @@ def test_a_video_output_that_is_not_mp4_or_mov_is_refused(name, tmp_path, images
     assert code == 2, err
     assert "video outputs must end in .mp4, .m4v or .mov" in err
     assert not (tmp_path / name).exists()
+
+
+def test_force_never_overwrites_the_input_video(tmp_path, images_dir, standin_dir, scrfd_path, capsys):
+    clip = make_test_video(tmp_path / "clip.mp4", face_image=None, n_frames=3, fps=Fraction(25), size_wh=(64, 48),
+                           audio=False)
+    before = clip.read_bytes()
+    code = main(["swap", "-s", str(images_dir / "obama.jpg"), "-t", str(clip), "-o", str(clip), "--force",
+                 "--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu",
+                 "--no-progress-bars"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.strip().splitlines() == [
+        f"error: --output {clip} is the same file as --target {clip}: refusing to overwrite an input"]
+    assert clip.read_bytes() == before

@@ -1,0 +1,28 @@
+"""fsutil: same-file checks through links, and output folders checked before any work."""
+
+from pathlib import Path
+
+import pytest
+
+from fusion_ray.errors import InputError
+from fusion_ray.fsutil import check_not_an_input, same_file
+
+
+def test_same_file_follows_symbolic_and_hard_links(tmp_path: Path) -> None:
+    real = tmp_path / "a.png"
+    real.write_bytes(b"x")
+    (tmp_path / "soft.png").symlink_to(real)
+    (tmp_path / "hard.png").hardlink_to(real)
+    (tmp_path / "other.png").write_bytes(b"x")
+    assert same_file(tmp_path / "soft.png", real) and same_file(tmp_path / "hard.png", real)
+    assert same_file(tmp_path / "sub" / ".." / "a.png", real)
+    assert not same_file(tmp_path / "other.png", real)
+    assert not same_file(tmp_path / "missing.png", real)
+
+
+def test_check_not_an_input_names_both_arguments(tmp_path: Path) -> None:
+    target = tmp_path / "t.mp4"
+    target.write_bytes(b"x")
+    check_not_an_input(tmp_path / "out.mp4", [("--target", target)])
+    with pytest.raises(InputError, match=r"--output .*t\.mp4 is the same file as --target .*t\.mp4"):
+        check_not_an_input(target, [("--source", tmp_path / "s.png"), ("--target", target)])
