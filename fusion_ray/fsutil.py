@@ -58,3 +58,23 @@ def check_not_an_input(output: Path, inputs: Sequence[tuple[str, Path]], what: s
     for name, path in inputs:
         if same_file(output, path):
             raise InputError(f"{what} {output} is the same file as {name} {path}: refusing to overwrite an input")
+
+
+def check_writable_dir(folder: Path, what: str = "output folder") -> None:
+    """InputError unless ``folder`` is an existing folder where a new file can be created.
+
+    Permission bits do not stop root, so this creates (and removes) a probe file: that also
+    catches read-only mounts, immutable folders (``chattr +i``) and pseudo file systems.
+    """
+    folder = Path(folder)
+    if not folder.exists():
+        raise InputError(f"{what} does not exist: {folder}")
+    if not folder.is_dir():
+        raise InputError(f"{what} is not a folder: {folder}")
+    probe = folder / f".fusion_ray_write_probe.{uuid.uuid4().hex[:12]}"
+    try:
+        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except OSError as exc:
+        raise InputError(f"{what} is not writable: {folder} ({exc.strerror or exc})") from exc
+    with contextlib.suppress(OSError):
+        probe.unlink()

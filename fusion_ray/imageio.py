@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 
 from fusion_ray.errors import InputError, OutputExistsError
-from fusion_ray.fsutil import atomic_write_bytes
+from fusion_ray.fsutil import atomic_write_bytes, check_writable_dir
 from fusion_ray.types import Frame
 
 DEFAULT_MAX_PIXELS = 100_000_000
@@ -97,10 +97,9 @@ def check_writable_image_path(path: Path, force: bool) -> None:
     path = Path(path)
     if path.exists() and not force:
         raise OutputExistsError(f"output exists: {path} (use --force to overwrite)")
-    if not path.parent.exists():
-        raise InputError(f"output directory does not exist: {path.parent}")
     if not path.suffix or not cv2.haveImageWriter(str(path)):
         raise InputError(f"cannot write images with extension {path.suffix!r}: use .png, .jpg or .webp")
+    check_writable_dir(path.parent)
 
 
 def encode_image(frame: Frame, suffix: str, *, alpha: np.ndarray | None = None,
@@ -189,4 +188,7 @@ def write_bytes_atomic(path: Path, data: bytes, *, force: bool = False) -> None:
     path = Path(path)
     if path.exists() and not force:
         raise OutputExistsError(f"output exists: {path} (use --force to overwrite)")
-    atomic_write_bytes(path, data)
+    try:
+        atomic_write_bytes(path, data)
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from exc

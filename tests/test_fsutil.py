@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from fusion_ray.errors import InputError
-from fusion_ray.fsutil import check_not_an_input, same_file
+from fusion_ray.fsutil import check_not_an_input, check_writable_dir, same_file
 
 
 def test_same_file_follows_symbolic_and_hard_links(tmp_path: Path) -> None:
@@ -26,3 +26,16 @@ def test_check_not_an_input_names_both_arguments(tmp_path: Path) -> None:
     check_not_an_input(tmp_path / "out.mp4", [("--target", target)])
     with pytest.raises(InputError, match=r"--output .*t\.mp4 is the same file as --target .*t\.mp4"):
         check_not_an_input(target, [("--source", tmp_path / "s.png"), ("--target", target)])
+
+
+def test_check_writable_dir_refuses_missing_and_unwritable_folders(tmp_path: Path) -> None:
+    check_writable_dir(tmp_path)
+    assert list(tmp_path.iterdir()) == []  # the probe file is gone
+    with pytest.raises(InputError, match="output folder does not exist"):
+        check_writable_dir(tmp_path / "nope")
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(InputError, match="not a folder"):
+        check_writable_dir(tmp_path / "file")
+    # /sys refuses new files even to root (chmod does not stop root; this does).
+    with pytest.raises(InputError, match=r"^output folder is not writable: /sys \("):
+        check_writable_dir(Path("/sys"))

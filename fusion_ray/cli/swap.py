@@ -10,8 +10,8 @@ from pathlib import Path
 from fusion_ray.cli.common import add_engine_arguments, engine_config_from_args
 from fusion_ray.cli.video import add_pipeline_arguments, run_video_swap
 from fusion_ray.config import EngineConfig
-from fusion_ray.errors import InputError
-from fusion_ray.fsutil import check_not_an_input
+from fusion_ray.errors import InputError, OutputExistsError
+from fusion_ray.fsutil import check_not_an_input, check_writable_dir
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -41,12 +41,23 @@ def _inputs(args: argparse.Namespace, cfg: EngineConfig) -> list[tuple[str, Path
     return inputs
 
 
+def _check_video_swap(args: argparse.Namespace) -> None:
+    """What can be refused on the driver, before Ray starts."""
+    from fusion_ray.video.encode import check_video_output
+
+    check_video_output(args.output)
+    if args.output.exists() and not args.force:
+        raise OutputExistsError(f"output exists: {args.output} (use --force to overwrite)")
+    check_writable_dir(args.output.parent)
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = engine_config_from_args(args)
     if not args.target.exists():
         raise InputError(f"file not found: {args.target}")
     check_not_an_input(args.output, _inputs(args, cfg))
     if _is_video(args.target):
+        _check_video_swap(args)
         return run_video_swap(args, cfg)
     from fusion_ray.engine import Engine
     from fusion_ray.image import swap_image_files

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -141,3 +142,26 @@ def test_force_never_overwrites_an_input(case, tmp_path, images_dir, model_args,
         f"error: --output {out} is the same file as {named} {target if named == '--target' else source}: "
         "refusing to overwrite an input"]
     assert {p: p.read_bytes() for p in (target, source)} == before
+
+
+@pytest.fixture
+def immutable_dir(tmp_path):
+    """A folder nobody can write to, root included (``chattr +i``; chmod does not stop root)."""
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here")
+    yield folder
+    subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+@pytest.mark.parametrize("where", ["immutable", "sys"])
+def test_an_unwritable_output_folder_is_refused_before_any_work(where, request, images_dir, model_args, capsys):
+    folder = request.getfixturevalue("immutable_dir") if where == "immutable" else Path("/sys")
+    out = folder / "out.png"
+    code, err = swap(["-s", str(images_dir / "obama.jpg"), "-t", str(images_dir / "biden.jpg"), "-o", str(out),
+                      *model_args], capsys)
+    assert code == 2, err
+    reason = "Operation not permitted" if where == "immutable" else "Permission denied"
+    assert err.strip().splitlines() == [f"error: output folder is not writable: {folder} ({reason})"], err
+    assert not out.exists()

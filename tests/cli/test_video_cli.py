@@ -1,6 +1,7 @@
 """The video side of ``swap``: arguments refused before Ray starts."""
 
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -32,3 +33,17 @@ def test_force_never_overwrites_the_input_video(tmp_path, images_dir, standin_di
     assert err.strip().splitlines() == [
         f"error: --output {clip} is the same file as --target {clip}: refusing to overwrite an input"]
     assert clip.read_bytes() == before
+
+
+@pytest.mark.parametrize("where", ["sys", "missing"])
+def test_an_unwritable_output_folder_is_refused_before_ray(where, tmp_path, images_dir, capsys):
+    clip = make_test_video(tmp_path / "clip.mp4", face_image=None, n_frames=3, fps=Fraction(25), size_wh=(64, 48),
+                           audio=False)
+    folder = Path("/sys") if where == "sys" else tmp_path / "missing"
+    code = main(["swap", "-s", str(images_dir / "obama.jpg"), "-t", str(clip), "-o", str(folder / "out.mp4"),
+                 "--providers", "cpu", "--no-progress-bars"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    expected = ("output folder is not writable: /sys (Permission denied)" if where == "sys"
+                else f"output folder does not exist: {folder}")
+    assert err.strip().splitlines() == [f"error: {expected}"]
