@@ -6,6 +6,7 @@ write when the output format supports it.
 
 from __future__ import annotations
 
+import io
 import struct
 import zlib
 from collections.abc import Mapping
@@ -14,9 +15,11 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+from PIL import Image
 
 from fusion_ray.errors import InputError, OutputExistsError
 from fusion_ray.fsutil import atomic_write_bytes, check_writable_dir
+from fusion_ray.imageheader import ImageHeader, ImageTooLargeError, UnsupportedImageError, check_image_header
 from fusion_ray.types import Frame
 
 DEFAULT_MAX_PIXELS = 100_000_000
@@ -60,10 +63,55 @@ def to_bgr_uint8(image: np.ndarray) -> tuple[Frame, np.ndarray | None]:
     return np.ascontiguousarray(frame), alpha
 
 
-def decode_image(data: bytes, name: str = "image", max_pixels: int = DEFAULT_MAX_PIXELS) -> LoadedImage:
-    """Decode image bytes; InputError when they are not a supported image or too large."""
+def _other_format_header(data: bytes, name: str) -> ImageHeader | None:
+    """Size from the header of a format the shared reader does not cover (TIFF, PPM, GIF...).
+
+    Asks Pillow's format plugins directly, as imageheader does: ``Image.open`` would apply
+    Pillow's global decompression-bomb limit instead of the caller's.
+    """
+    Image.init()
+    prefix = data[:16]
+    for fmt in Image.ID:
+        factory, accept = Image.OPEN[fmt]
+        if accept is not None and not accept(prefix):
+            continue
+        try:
+            image = factory(io.BytesIO(data), "")
+        except Exception:  # noqa: BLE001 - not this format (Pillow's own open does the same)
+            continue
+        width, height = image.size
+        if width > 0 and height > 0:
+            return ImageHeader(fmt.lower(), int(width), int(height), str(image.mode))
+    return None
+
+
+def check_header(data: bytes, name: str = "image", max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageHeader:
+    """The image's header, read without decoding pixels; InputError when it is not an image or too large.
+
+    PNG, JPEG, WebP and BMP go through the service's reader (:mod:`fusion_ray.imageheader`);
+    other formats Pillow can read a header of are checked the same way; data whose size
+    cannot be read from a header is refused (it is never decoded to find out).
+    """
     if not data:
         raise InputError(f"{name} is empty")
+    try:
+        return check_image_header(data, name, max_pixels)
+    except UnsupportedImageError:
+        header = _other_format_header(data, name)
+    if header is None:
+        raise InputError(f"{name} is not an image (or not a format this build can read)")
+    if header.pixels > max_pixels:
+        raise ImageTooLargeError(f"{name} is {header.width}x{header.height} = {header.pixels} pixels, "
+                                 f"over the limit of {max_pixels} pixels")
+    return header
+
+
+def decode_image(data: bytes, name: str = "image", max_pixels: int = DEFAULT_MAX_PIXELS) -> LoadedImage:
+    """Decode image bytes; InputError when they are not a supported image or too large.
+
+    The size is checked from the header (:func:`check_header`) before any pixel is decoded.
+    """
+    check_header(data, name, max_pixels)
     buffer = np.frombuffer(data, np.uint8)
     try:
         image = cv2.imdecode(buffer, cv2.IMREAD_UNCHANGED)
@@ -78,18 +126,27 @@ def decode_image(data: bytes, name: str = "image", max_pixels: int = DEFAULT_MAX
     return LoadedImage(frame, alpha, str(image.dtype), channels)
 
 
-def read_image(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> LoadedImage:
-    """Read an image file; InputError naming the file when it is missing or not an image."""
-    path = Path(path)
+def _read_file(path: Path) -> bytes:
     if not path.exists():
         raise InputError(f"file not found: {path}")
     if not path.is_file():
         raise InputError(f"not a file: {path}")
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    return decode_image(data, str(path), max_pixels)
+
+
+def read_image(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> LoadedImage:
+    """Read an image file; InputError naming the file when it is missing or not an image."""
+    path = Path(path)
+    return decode_image(_read_file(path), str(path), max_pixels)
+
+
+def check_image_file(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageHeader:
+    """An image file's header (:func:`check_header`): refuse a bad or huge image before any work."""
+    path = Path(path)
+    return check_header(_read_file(path), str(path), max_pixels)
 
 
 def check_writable_image_path(path: Path, force: bool) -> None:

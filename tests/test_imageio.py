@@ -1,10 +1,17 @@
+import resource
+import struct
+import subprocess
+import sys
+import textwrap
 import tracemalloc
+import zlib
 
 import cv2
 import numpy as np
 import pytest
 
 from fusion_ray.errors import InputError, OutputExistsError
+from fusion_ray.imageheader import ImageTooLargeError
 from fusion_ray.imageio import (
     decode_image,
     encode_image,
@@ -18,6 +25,59 @@ from fusion_ray.imageio import (
 
 def _png(image):
     return cv2.imencode(".png", image)[1].tobytes()
+
+
+def _chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def huge_png(width: int, height: int) -> bytes:
+    """A valid black RGB PNG of width x height pixels, a few MB whatever its size, made in milliseconds.
+
+    Each zero row is deflated after a full flush (which resets the compressor), so every row
+    after the first compresses to the same bytes; the Adler-32 of n zero bytes is n << 16 | 1.
+    """
+    row = bytes(1 + 3 * width)  # filter byte + RGB
+    comp = zlib.compressobj(9)
+    first = comp.compress(row) + comp.flush(zlib.Z_FULL_FLUSH)
+    again = comp.compress(row) + comp.flush(zlib.Z_FULL_FLUSH)
+    adler = ((len(row) * height % 65521) << 16) | 1
+    idat = first + again * (height - 1) + b"\x03\x00" + struct.pack(">I", adler)  # final empty block
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", idat) + _chunk(b"IEND", b"")
+
+
+MEMORY_LIMIT = 2 << 30
+"""Address-space limit of the huge-image tests: a decode of the huge PNG needs 3.2 GB."""
+
+
+def limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+def test_huge_png_is_a_valid_png():
+    small = huge_png(37, 23)
+    image = cv2.imdecode(np.frombuffer(small, np.uint8), cv2.IMREAD_UNCHANGED)
+    assert image.shape == (23, 37, 3) and not image.any()
+    assert len(huge_png(32768, 32767)) < 5_000_000
+
+
+def test_a_huge_image_is_refused_from_its_header_under_a_memory_limit(tmp_path):
+    path = tmp_path / "huge.png"
+    path.write_bytes(huge_png(32768, 32767))
+    code = textwrap.dedent(f"""
+        from fusion_ray.errors import InputError
+        from fusion_ray.imageio import read_image
+        try:
+            read_image({str(path)!r})
+        except InputError as exc:
+            print(type(exc).__name__, exc)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          preexec_fn=limit_memory)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == (f"ImageTooLargeError {path} is 32768x32767 = 1073709056 pixels, "
+                                   "over the limit of 100000000 pixels")
 
 
 @pytest.mark.parametrize("image,dtype,channels,has_alpha", [
@@ -62,7 +122,8 @@ def test_16_bit_conversion_has_no_float_temporaries():
 @pytest.mark.parametrize("data,message", [
     (b"", "empty"),
     (b"hello, not an image", "not an image"),
-    (_png(np.zeros((4, 4, 3), np.uint8))[:30], "not an image"),
+    (_png(np.zeros((4, 4, 3), np.uint8))[:30], "malformed PNG header"),  # the header is read first
+    (b"#?RADIANCE\n" + b"\x00" * 64, "not an image"),  # cv2 reads HDR, but no header reader knows it
 ])
 def test_decode_rejects_non_images(data, message):
     with pytest.raises(InputError, match=message):
@@ -72,6 +133,14 @@ def test_decode_rejects_non_images(data, message):
 def test_pixel_cap():
     with pytest.raises(InputError, match="over the limit"):
         decode_image(_png(np.zeros((100, 100, 3), np.uint8)), max_pixels=5000)
+
+
+@pytest.mark.parametrize("ext", [".tif", ".ppm", ".png", ".jpg", ".webp", ".bmp"])
+def test_the_pixel_cap_reads_every_accepted_format_from_its_header(ext):
+    data = cv2.imencode(ext, np.zeros((100, 100, 3), np.uint8))[1].tobytes()
+    assert decode_image(data, max_pixels=10_000).frame.shape == (100, 100, 3)
+    with pytest.raises(ImageTooLargeError, match="100x100 = 10000 pixels, over the limit of 5000"):
+        decode_image(data, max_pixels=5000)
 
 
 def test_read_image_errors(tmp_path):

@@ -51,22 +51,30 @@ def _check_video_swap(args: argparse.Namespace) -> None:
     check_writable_dir(args.output.parent)
 
 
+def _check_images(paths: list[Path]) -> None:
+    """Each image's header (missing, not an image, too many pixels) before the engine loads."""
+    from fusion_ray.imageio import check_image_file
+
+    for path in paths:
+        check_image_file(path)
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = engine_config_from_args(args)
     if not args.target.exists():
         raise InputError(f"file not found: {args.target}")
-    check_not_an_input(args.output, _inputs(args, cfg))
+    inputs = _inputs(args, cfg)
+    check_not_an_input(args.output, inputs)
     if _is_video(args.target):
         _check_video_swap(args)
+        _check_images([path for name, path in inputs if name != "--target"])
         return run_video_swap(args, cfg)
     from fusion_ray.engine import Engine
     from fusion_ray.image import swap_image_files
     from fusion_ray.imageio import check_writable_image_path
 
     check_writable_image_path(args.output, args.force)
-    for source in args.source:
-        if not source.exists():
-            raise InputError(f"file not found: {source}")
+    _check_images([path for _, path in inputs])
     engine = Engine.load(cfg, cpu_budget=float(os.cpu_count() or 1))
     result = swap_image_files(engine, args.source, args.target, args.output, force=args.force)
     timings = ", ".join(f"{k} {v:.1f}" for k, v in result.timings_ms.items())

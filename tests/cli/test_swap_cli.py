@@ -10,6 +10,7 @@ import pytest
 
 from fusion_ray.cli import main
 from fusion_ray.imageio import read_image, read_png_text
+from tests.test_imageio import huge_png, limit_memory
 
 
 @pytest.fixture
@@ -165,3 +166,18 @@ def test_an_unwritable_output_folder_is_refused_before_any_work(where, request, 
     reason = "Operation not permitted" if where == "immutable" else "Permission denied"
     assert err.strip().splitlines() == [f"error: output folder is not writable: {folder} ({reason})"], err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("role", ["target", "source"])
+def test_a_huge_image_is_refused_in_one_line_under_a_memory_limit(role, tmp_path, images_dir, scrfd_path):
+    huge = tmp_path / "huge.png"
+    huge.write_bytes(huge_png(32768, 32767))
+    good = str(images_dir / "obama.jpg")
+    source, target = (good, str(huge)) if role == "target" else (str(huge), good)
+    proc = subprocess.run([sys.executable, "-m", "fusion_ray.cli", "swap", "-s", source, "-t", target,
+                           "-o", str(tmp_path / "out.png"), "--swapper", "classic", "--model", f"scrfd_2.5g={scrfd_path}"],
+                          capture_output=True, text=True, timeout=120, preexec_fn=limit_memory)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("WARNING")]
+    assert lines == [f"error: {huge} is 32768x32767 = 1073709056 pixels, over the limit of 100000000 pixels"]
+    assert not (tmp_path / "out.png").exists()
