@@ -19,7 +19,12 @@ from PIL import Image
 
 from fusion_ray.errors import InputError, OutputExistsError
 from fusion_ray.fsutil import atomic_write_bytes, check_writable_dir
-from fusion_ray.imageheader import ImageHeader, ImageTooLargeError, UnsupportedImageError, check_image_header
+from fusion_ray.imageheader import (
+    ImageHeader,
+    ImageTooLargeError,
+    UnsupportedImageError,
+    check_image_header,
+)
 from fusion_ray.types import Frame
 
 DEFAULT_MAX_PIXELS = 100_000_000
