@@ -6,12 +6,16 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fusion_ray.cli.common import add_engine_arguments, engine_config_from_args
 from fusion_ray.cli.video import add_pipeline_arguments, run_video_swap
 from fusion_ray.config import EngineConfig
 from fusion_ray.errors import InputError, OutputExistsError
 from fusion_ray.fsutil import check_not_an_input, check_writable_dir
+
+if TYPE_CHECKING:
+    from fusion_ray.video.probe import VideoInfo
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -41,14 +45,16 @@ def _inputs(args: argparse.Namespace, cfg: EngineConfig) -> list[tuple[str, Path
     return inputs
 
 
-def _check_video_swap(args: argparse.Namespace) -> None:
-    """What can be refused on the driver, before Ray starts."""
+def _check_video_swap(args: argparse.Namespace) -> VideoInfo:
+    """What can be refused on the driver, before Ray starts: the output, then the video's probe."""
     from fusion_ray.video.encode import check_video_output
+    from fusion_ray.video.probe import probe
 
     check_video_output(args.output)
     if args.output.exists() and not args.force:
         raise OutputExistsError(f"output exists: {args.output} (use --force to overwrite)")
     check_writable_dir(args.output.parent)
+    return probe(args.target)  # an empty, corrupt or unreadable video is refused here
 
 
 def _check_images(paths: list[Path]) -> None:

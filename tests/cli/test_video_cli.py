@@ -1,12 +1,14 @@
 """The video side of ``swap``: arguments refused before Ray starts."""
 
+import subprocess
+import sys
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
 from fusion_ray.cli import main
-from fusion_ray.video import make_test_video
+from fusion_ray.video import make_corrupt_video, make_test_video
 
 
 @pytest.mark.parametrize("name", ["out.mkv", "out.webm", "out.avi", "out.png"])
@@ -47,3 +49,27 @@ def test_an_unwritable_output_folder_is_refused_before_ray(where, tmp_path, imag
     expected = ("output folder is not writable: /sys (Permission denied)" if where == "sys"
                 else f"output folder does not exist: {folder}")
     assert err.strip().splitlines() == [f"error: {expected}"]
+
+
+RAY_STARTED = """
+import sys
+from fusion_ray.cli import main
+code = main(sys.argv[1:])
+ray = sys.modules.get("ray")
+print(code, bool(ray is not None and ray.is_initialized()))
+"""
+
+
+@pytest.mark.parametrize("kind", ["empty", "corrupt"])
+def test_a_bad_video_is_refused_before_ray_starts(kind, tmp_path, images_dir):
+    clip = tmp_path / "clip.mp4"
+    if kind == "empty":
+        clip.write_bytes(b"")
+    else:
+        make_corrupt_video(clip)
+    proc = subprocess.run([sys.executable, "-c", RAY_STARTED, "swap", "-s", str(images_dir / "obama.jpg"),
+                           "-t", str(clip), "-o", str(tmp_path / "out.mp4"), "--providers", "cpu",
+                           "--no-progress-bars"], capture_output=True, text=True, timeout=300)
+    assert proc.stdout.split() == ["2", "False"], proc.stderr  # exit 2, and Ray never started
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: cannot open video {clip}: "), proc.stderr
