@@ -53,3 +53,15 @@ class ConfigError(FusionRayError):
 
 class VideoError(InputError):
     """A video could not be probed, decoded or encoded."""
+
+
+def is_fatal(exc: BaseException) -> bool:
+    """Whether ``exc`` means the worker is broken, not the input (raise it; Ray restarts the actor).
+
+    Fatal: out of memory, a model that cannot be used, and any error raised by ONNX Runtime
+    itself (provider, device or session failures). Everything else raised while processing one
+    frame is that frame's problem: the frame is marked and the batch goes on.
+    """
+    if isinstance(exc, (MemoryError, ModelError, SystemError)):
+        return True
+    return type(exc).__module__.startswith("onnxruntime")

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fusion_ray import __version__
+from fusion_ray.core.provenance import Provenance
 from fusion_ray.engine import Engine
 from fusion_ray.imageio import (
     LoadedImage,
@@ -34,18 +34,13 @@ class ImageSwapResult:
 
 
 def metadata_for(stand_in_models: Sequence[str]) -> dict[str, str]:
-    """Metadata written into every output: the maker, and the stand-in models when any were used."""
-    meta = {"Software": f"fusion_ray {__version__}"}
-    if stand_in_models:
-        meta["fusion_ray.stand_in_models"] = ",".join(stand_in_models)
-        meta["Comment"] = ("made with fusion_ray STAND-IN models (" + ", ".join(stand_in_models)
-                           + "): not a real face swap")
-    return meta
+    """Deprecated: ``Provenance(stand_in_models).metadata()`` (kept until every caller moves)."""
+    return Provenance(tuple(sorted(stand_in_models))).metadata()
 
 
 def output_metadata(engine: Engine) -> dict[str, str]:
-    """:func:`metadata_for` the engine's stand-in models."""
-    return metadata_for(engine.stand_in_models)
+    """Deprecated: ``engine.provenance.metadata()``."""
+    return engine.provenance.metadata()
 
 
 def load_sources(engine: Engine, paths: Sequence[Path]) -> SourceIdentity:
@@ -72,7 +67,8 @@ def swap_image(engine: Engine, identity: SourceIdentity, target: LoadedImage, ou
     match) and a warning logged.
     """
     result = engine.process_frame(target.frame, identity, reference)
-    metadata = output_metadata(engine)
+    provenance = engine.provenance
+    metadata = provenance.metadata()
     if result.faces_swapped == 0:
         if result.faces_detected == 0:
             log.warning("no face found in the target %s: writing it unchanged", target_path or "image")
@@ -83,9 +79,9 @@ def swap_image(engine: Engine, identity: SourceIdentity, target: LoadedImage, ou
             return ImageSwapResult(output, result.faces_detected, 0, result.timings_ms, engine.stand_in_models, {})
     data = encode_image(result.frame, output.suffix, alpha=target.alpha, metadata=metadata)
     write_bytes_atomic(output, data, force=force)
-    if engine.stand_in_models:
-        log.warning("%s was made with stand-in models (%s): it is NOT a real face swap",
-                    output, ", ".join(engine.stand_in_models))
+    warning = provenance.warning(str(output))
+    if warning:
+        log.warning("%s", warning)
     return ImageSwapResult(output, result.faces_detected, result.faces_swapped, result.timings_ms,
                            engine.stand_in_models, metadata)
 

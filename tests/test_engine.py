@@ -40,8 +40,8 @@ def inswapper_engine(models_config):
 def _outside_mask(engine: Engine, frame, faces):
     outside = np.ones(frame.shape[:2], bool)
     for face in faces:
-        _, affine = align_face(frame, face.landmarks_5, engine.swap_template, engine.swap_crop_size)
-        roi = crop_roi(affine, engine.swap_crop_size, frame.shape[:2])
+        _, affine = align_face(frame, face.landmarks_5, engine.swap_layout.template, engine.swap_layout.size)
+        roi = crop_roi(affine, engine.swap_layout.size, frame.shape[:2])
         outside[roi.y0:roi.y1, roi.x0:roi.x1] = False
     return outside
 
@@ -135,7 +135,7 @@ def _aligned(engine, frame):
 @pytest.mark.parametrize("poisson", [False, True])
 def test_classic_swapper_moves_the_source_face_in(models_config, images, poisson):
     engine = make_engine(models_config, swap=SwapConfig(swapper="classic", poisson=poisson))
-    assert engine.embedder is None and engine.inswapper is None  # model-free
+    assert engine.models.embedder is None and engine.models.inswapper is None  # model-free
     identity = engine.prepare_source([images["obama"]])
     result = engine.process_frame(images["biden"], identity)
     assert result.faces_swapped == 1

@@ -178,7 +178,10 @@ class EncodeStage(Stage):
     """Last stage: routes video frames to their segment writer, writes image items, drops pixels."""
 
     name = "encode"
-    required = ("frame", "item", "segment", "index")
+    consumes = ("frame", "item", "segment", "index")
+    retires = ("frame",)
+    """The driver needs no pixels: they leave here, not in a later drop_columns task (a task wants
+    a whole CPU, which the actor pools may hold until the reads end)."""
 
     def __init__(self, writers: Sequence[Any], segments: Mapping[SegmentKey, tuple[int, int]],
                  images: Mapping[int, ImageTarget]) -> None:
@@ -187,7 +190,7 @@ class EncodeStage(Stage):
         self.images = dict(images)
         super().__init__()
 
-    def process(self, batch: Batch) -> None:
+    def process(self, batch: Batch, errors: list[str]) -> Batch:
         import ray
 
         n = num_rows(batch)
@@ -199,8 +202,8 @@ class EncodeStage(Stage):
             if item in self.images:
                 # A failed image is not written: the job reports it failed, and an output
                 # file would make a re-run skip it.
-                if not batch["error"][row]:
-                    self._write_image(batch, row, self.images[item])
+                if not errors[row]:
+                    self._write_image(batch, errors, row, self.images[item])
             else:
                 groups.setdefault((item, int(batch["segment"][row])), []).append(row)
         pending = []
@@ -212,15 +215,13 @@ class EncodeStage(Stage):
             pending.append(writer.push.remote(key, start, count, indices, frames))
         if pending:
             ray.get(pending)  # back-pressure: the stage waits for its writers
-        # The driver needs no pixels. Dropping them here, not with a later drop_columns task
-        # (a task wants a whole CPU, which the actor pools may hold until the reads end).
-        batch.pop("frame")
+        return {}
 
-    def _write_image(self, batch: Batch, row: int, target: ImageTarget) -> None:
+    def _write_image(self, batch: Batch, errors: list[str], row: int, target: ImageTarget) -> None:
         try:
             output = Path(target.output_path)
             alpha = read_image(Path(target.source_path)).alpha if output.suffix.lower() in (".png", ".webp") else None
             data = encode_image(np.asarray(batch["frame"][row]), output.suffix, alpha=alpha, metadata=target.metadata)
             write_bytes_atomic(output, data, force=True)
         except Exception as exc:
-            self._fail(batch, row, exc)
+            errors[row] = f"{self.name}: {type(exc).__name__}: {exc}"

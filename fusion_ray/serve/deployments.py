@@ -1,17 +1,17 @@
-"""Ray Serve deployments around the pipeline's stage classes.
+"""Ray Serve deployments over the typed core (:mod:`fusion_ray.core`).
 
-- :class:`DetectorDeployment` (CPU): ``DetectStage`` on one frame per call; also picks and
-  aligns the largest face of a source image for the embedder.
-- :class:`SwapperDeployment` (GPU when present): ``SwapStage`` with ``@serve.batch`` across
-  concurrent requests (one stage call over every face of every request in the batch), and
+- :class:`DetectorDeployment` (CPU): ``chain.detect_select_align`` on one frame per call; also
+  picks and cuts the source face of a source image for the embedder (``core.identity``).
+- :class:`SwapperDeployment` (GPU when present): ``chain.swap`` with ``@serve.batch`` across
+  concurrent requests (one backend call over every face of every request in the batch), and
   the ArcFace embedder with its own ``@serve.batch`` for source identities.
-- :class:`EnhancerDeployment` (GPU when present): ``EnhanceStage`` with ``@serve.batch``.
+- :class:`EnhancerDeployment` (GPU when present): ``chain.enhance`` with ``@serve.batch``.
 - :class:`ServiceStateDeployment` (one replica): the bounded source store and the merged metrics.
 
-Sessions are created in the replicas (``Engine.load`` inside the stages) with threads sized
+Sessions are created in the replicas (``ModelSet.load``) with threads sized
 to the replica's CPU budget; nothing holding a session is ever pickled. Per-request source
-identities travel with the swap call (a 512-d latent, 2 KB) and become the SwapStage's
-identity mapping for that batch, keyed by the per-row ``source_id`` column: swapper replicas
+identities travel with the swap call (a 512-d latent, 2 KB) and become the batch's identity
+mapping, keyed by each request's source id: swapper replicas
 keep no state, so any replica serves any request and a restarted replica loses nothing.
 """
 
@@ -19,19 +19,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Any
 
+import cv2
 import numpy as np
 from ray import serve
 
-from fusion_ray.config import EngineConfig, EnhanceConfig
-from fusion_ray.engine import Engine, ModelInfo
-from fusion_ray.models.embedder import l2_normalise
+from fusion_ray.config import EngineConfig
+from fusion_ray.core import chain, identity
+from fusion_ray.core.facebatch import NO_TRACK, FaceBatch
+from fusion_ray.core.layout import swap_layout
+from fusion_ray.core.modelset import ModelInfo, ModelSet
+from fusion_ray.core.swapper import swap_backend
 from fusion_ray.models.enhancer import blend_crops
-from fusion_ray.models.registry import get_spec
-from fusion_ray.ops.align import align_face
-from fusion_ray.pipeline.stages import DetectStage, EnhanceStage, SwapStage, object_column
 from fusion_ray.serve.batching import AdaptiveWait
 from fusion_ray.serve.metrics import MetricsStore, Snapshot
 from fusion_ray.serve.settings import BatchSettings, ServeSettings
@@ -63,48 +65,43 @@ def _batch_record(requests: int, faces: int, seconds: float) -> dict[str, float]
 
 @serve.deployment(name="Detector")
 class DetectorDeployment:
-    """CPU: SCRFD detection, face selection and swap crops (``DetectStage``), one frame per call."""
+    """CPU: SCRFD detection, face selection and swap crops (the core's ``detect_select_align``)."""
 
     def __init__(self, settings: ServeSettings) -> None:
         self.cfg: EngineConfig = settings.engine.in_ray_actor(settings.deployments.detector.num_gpus > 0)
         budget = settings.deployments.detector.threads_budget()
-        self.base = DetectStage(self.cfg, cpu_budget=budget)
-        spec = get_spec(self.cfg.models.embedder)
-        assert spec.template is not None
-        self.embed_template: str = spec.template
-        self.embed_size = spec.crop_size
+        threads = max(1, math.ceil(budget)) if budget is not None else None
+        if threads is not None:
+            cv2.setNumThreads(threads)
+        self.models = ModelSet.load(self.cfg, ["detector"], cpu_budget=budget)
+        self.layout = swap_layout(self.cfg)
         log.info("detector replica ready (cpu budget %s)", budget)
 
     def detect(self, frame: np.ndarray, mode: str, index: int) -> dict[str, Any]:
-        """Faces found, faces selected, and the selected faces' landmarks, swap crops and affines."""
+        """Faces found, faces selected, and the selected faces (a FaceBatch with swap crops)."""
         start = time.perf_counter()
-        out = self.base({"frame": object_column([frame]), "select_mode": object_column([mode]),
-                         "face_index": np.asarray([index], np.int64)})
+        errors = [""]
+        found = chain.detect_select_align(self.models.need_detector(), [frame], errors,
+                                          [chain.Selection(mode, index)], self.layout)
         return {
-            "faces_detected": int(out["faces_detected"][0]),
-            "faces_selected": int(out["faces_swapped"][0]),
-            "landmarks": out["landmarks"][0],
-            "crops": out["crops"][0],
-            "affines": out["affines"][0],
-            "error": str(out["error"][0]),
+            "faces_detected": int(found.faces_detected[0]),
+            "faces_selected": len(found.faces),
+            "faces": found.faces,
+            "crops": found.faces.crop,
+            "error": errors[0],
             "compute_s": time.perf_counter() - start,
         }
 
     def source_face(self, frame: np.ndarray) -> np.ndarray | None:
-        """The embedder crop of the largest face (as the engine's ``prepare_source``), or None."""
-        faces = self.base.engine.detect(frame)
-        if not faces:
-            return None
-        face = max(faces, key=lambda f: f.area)
-        crop, _ = align_face(frame, face.landmarks_5, self.embed_template, self.embed_size)
-        return crop
+        """The embedder crop of the source image's face (the core's ``identity``), or None."""
+        face = identity.largest_face(self.models.need_detector().detect(frame))
+        return identity.cut_source_face(frame, face, self.cfg).embed_crop if face is not None else None
 
     def model_info(self) -> dict[str, ModelInfo]:
-        return dict(self.base.engine.model_info)
+        return dict(self.models.info)
 
     def check_health(self) -> None:
-        if self.base.engine.detector is None:
-            raise RuntimeError("detector not loaded")
+        self.models.need_detector()
 
 
 @serve.deployment(name="Swapper")
@@ -112,10 +109,10 @@ class SwapperDeployment:
     """GPU: batched swap over all faces of all requests in a batch, and batched source embedding."""
 
     def __init__(self, settings: ServeSettings) -> None:
-        cfg = settings.engine.in_ray_actor(settings.deployments.swapper.num_gpus > 0)
+        self.cfg = settings.engine.in_ray_actor(settings.deployments.swapper.num_gpus > 0)
         budget = settings.deployments.swapper.threads_budget()
-        self.stage = SwapStage(cfg, cpu_budget=budget)
-        self.embedder_engine = Engine.load(cfg, components=["embedder"], cpu_budget=budget)
+        self.models = ModelSet.load(self.cfg, ["swapper", "embedder"], cpu_budget=budget)
+        self.backend = swap_backend(self.cfg, self.models)
         _configure_batching(self._swap_batched, settings.batching.swap)  # type: ignore[misc]
         _configure_batching(self._embed_batched, settings.batching.embed)
         self.swap_wait = _adaptive(settings, settings.batching.swap)
@@ -124,7 +121,7 @@ class SwapperDeployment:
                  settings.batching.swap.max_batch_size)
 
     async def swap(self, crops: np.ndarray, identity: SourceIdentity, source_id: str) -> dict[str, Any]:
-        """One request: its (n, 128, 128, 3) crops, identity and source id -> swapped crops (batched)."""
+        """One request: its (n, S, S, 3) crops, identity and source id -> swapped crops (batched)."""
         _set_wait(self._swap_batched, self.swap_wait.arrival(time.monotonic()))  # type: ignore[misc]
         return await self._swap_batched(crops, identity, source_id)  # type: ignore[misc,call-arg,arg-type,no-any-return]
 
@@ -137,13 +134,14 @@ class SwapperDeployment:
 
     def _swap_batch(self, crops: list[np.ndarray], identities: list[SourceIdentity],
                     source_ids: list[str]) -> list[dict[str, Any]]:
+        """One backend call over every face of every request; a request with a bad identity fails alone."""
         start = time.perf_counter()
-        out = self.stage({"crops": object_column(crops), "identity": object_column(identities),
-                          "source_id": object_column(source_ids)})
-        elapsed = time.perf_counter() - start
-        results: list[dict[str, Any]] = [{"crops": out["crops"][i], "error": str(out["error"][i])}
+        errors = [""] * len(crops)
+        faces = _crops_batch(crops, source_ids)
+        swapped = chain.swap(self.backend, faces, dict(zip(source_ids, identities, strict=True)), errors)
+        results: list[dict[str, Any]] = [{"crops": _crops_of(swapped, i, crops[i]), "error": errors[i]}
                                          for i in range(len(crops))]
-        results[0]["batch"] = _batch_record(len(crops), sum(len(c) for c in crops), elapsed)
+        results[0]["batch"] = _batch_record(len(crops), sum(len(c) for c in crops), time.perf_counter() - start)
         return results
 
     async def embed(self, crops: np.ndarray) -> dict[str, Any]:
@@ -157,28 +155,24 @@ class SwapperDeployment:
 
     def _embed_batch(self, crops: list[np.ndarray]) -> list[dict[str, Any]]:
         start = time.perf_counter()
-        embedder = self.embedder_engine.embedder
-        swapper = self.stage.engine.inswapper
-        assert embedder is not None and swapper is not None
-        vectors = embedder.embed_crops(np.concatenate(crops))
+        vectors = self.models.need_embedder().embed_crops(np.concatenate(crops))
         results: list[dict[str, Any]] = []
         offset = 0
         for item in crops:
             rows = vectors[offset:offset + len(item)]
             offset += len(item)
-            embedding = l2_normalise(rows.mean(axis=0, keepdims=True))[0]
-            identity = SourceIdentity(embedding=embedding, latent=swapper.latent(embedding), crop=None,
-                                      num_images=len(item))
-            results.append({"identity": identity})
+            faces = [identity.SourceFace(crop, None, 1.0) for crop in item]
+            results.append({"identity": identity.identity_from(faces, rows, self.cfg, self.models.inswapper)})
         results[0]["batch"] = _batch_record(len(crops), len(vectors), time.perf_counter() - start)
         return results
 
     def model_info(self) -> dict[str, ModelInfo]:
-        return {**self.stage.engine.model_info, **self.embedder_engine.model_info}
+        return dict(self.models.info)
 
     def check_health(self) -> None:
-        if self.stage.engine.inswapper is None or self.embedder_engine.embedder is None:
-            raise RuntimeError("swapper or embedder not loaded")
+        self.models.need_embedder()
+        if self.cfg.swap.swapper == "inswapper":
+            self.models.need_inswapper()
 
 
 @serve.deployment(name="Enhancer")
@@ -186,12 +180,9 @@ class EnhancerDeployment:
     """GPU: batched GFPGAN over the faces of all requests in a batch; per-request blend after."""
 
     def __init__(self, settings: ServeSettings) -> None:
-        # The model runs at blend 1.0 (pure enhanced); each request's blend is applied after,
-        # with the same blend_crops the engine uses, so results equal the engine's exactly.
-        cfg = settings.engine.in_ray_actor(settings.deployments.enhancer.num_gpus > 0).model_copy(
-            update={"enhance": EnhanceConfig(enabled=True, blend=1.0)})
+        cfg = settings.engine.in_ray_actor(settings.deployments.enhancer.num_gpus > 0)
         budget = settings.deployments.enhancer.threads_budget()
-        self.stage = EnhanceStage(cfg, cpu_budget=budget)
+        self.models = ModelSet.load(cfg, ["enhancer"], cpu_budget=budget)
         _configure_batching(self._enhance_batched, settings.batching.enhance)  # type: ignore[misc]
         self.enhance_wait = _adaptive(settings, settings.batching.enhance)
 
@@ -207,24 +198,43 @@ class EnhancerDeployment:
         return await asyncio.to_thread(self._enhance_batch, crops, blends)
 
     def _enhance_batch(self, crops: list[np.ndarray], blends: list[float]) -> list[dict[str, Any]]:
+        # The model runs at blend 1.0 (pure enhanced) over every face at once; each request's blend
+        # is applied after with the same blend_crops the engine uses, so results equal the engine's.
         start = time.perf_counter()
-        out = self.stage({"enhance_crops": object_column(crops)})
+        faces = _crops_batch(crops, [""] * len(crops))
+        enhanced = chain.enhance(self.models.need_enhancer(), faces, 1.0)
         results: list[dict[str, Any]] = []
         for i, original in enumerate(crops):
-            error = str(out["error"][i])
-            enhanced = out["enhance_crops"][i]
-            if not error and len(original):
-                enhanced = blend_crops(original, enhanced, float(blends[i]))
-            results.append({"crops": enhanced, "error": error})
+            out = _crops_of(enhanced, i, original)
+            if len(original):
+                out = blend_crops(original, out, float(blends[i]))
+            results.append({"crops": out, "error": ""})
         results[0]["batch"] = _batch_record(len(crops), sum(len(c) for c in crops), time.perf_counter() - start)
         return results
 
     def model_info(self) -> dict[str, ModelInfo]:
-        return dict(self.stage.engine.model_info)
+        return dict(self.models.info)
 
     def check_health(self) -> None:
-        if self.stage.engine.enhancer is None:
-            raise RuntimeError("enhancer not loaded")
+        self.models.need_enhancer()
+
+
+def _crops_batch(crops: list[np.ndarray], source_ids: list[str]) -> FaceBatch:
+    """The requests' crops as one FaceBatch (request i is frame i); only crops are needed."""
+    n = sum(len(c) for c in crops)
+    frame_index = np.repeat(np.arange(len(crops), dtype=np.int64), [len(c) for c in crops])
+    size = next((c.shape[1] for c in crops if len(c)), 0)
+    return FaceBatch(frame_index, np.zeros((n, 4), np.float32), np.zeros((n, 5, 2), np.float32),
+                     np.ones(n, np.float32), np.asarray([source_ids[int(i)] for i in frame_index], object),
+                     np.full(n, NO_TRACK, np.int64),
+                     crop=np.concatenate(crops) if n else np.zeros((0, size, size, 3), np.uint8),
+                     affine_matrix=np.zeros((n, 2, 3), np.float64))
+
+
+def _crops_of(faces: FaceBatch, request: int, original: np.ndarray) -> np.ndarray:
+    """Request ``request``'s crops out of a processed batch (its input crops when it failed)."""
+    mine = faces.of_frame(request)
+    return mine.crop if len(mine) and mine.crop is not None else original
 
 
 @serve.deployment(name="ServiceState")

@@ -106,8 +106,8 @@ def test_frame_count_rate_and_audio_are_preserved(first_run, media):
 def _face_rois(engine, frame):
     mask = np.zeros(frame.shape[:2], bool)
     for face in engine.detect(frame):
-        _, affine = align_face(frame, face.landmarks_5, engine.swap_template, engine.swap_crop_size)
-        roi = crop_roi(affine, engine.swap_crop_size, frame.shape[:2], margin=4)
+        _, affine = align_face(frame, face.landmarks_5, engine.swap_layout.template, engine.swap_layout.size)
+        roi = crop_roi(affine, engine.swap_layout.size, frame.shape[:2], margin=4)
         mask[roi.y0:roi.y1, roi.x0:roi.x1] = True
     return mask
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from fusion_ray.config import EngineConfig, EnhanceConfig, RuntimeConfig, SwapConfig
+from fusion_ray.core.facebatch import FACE_COLUMNS
 from fusion_ray.engine import Engine
 from fusion_ray.imageio import read_image
 from fusion_ray.pipeline.stages import (
@@ -55,6 +56,7 @@ def test_chain_matches_the_engine(models_config, images_dir, frames, swapper, en
     for name in stage_names(cfg):
         assert f"busy_ms_{name}" in out and f"idle_ms_{name}" in out
     assert "crops" not in out and "enhance_crops" not in out  # intermediates are dropped
+    assert not set(FACE_COLUMNS) & set(out)  # the faces retire with the last paste
 
 
 def test_bad_frame_is_passed_through_and_marked(models_config, images_dir, frames):
@@ -108,14 +110,15 @@ def test_fused_stage_reports_the_pools_waiting_not_its_stages_work():
     class Slow(Stage):
         name = "slow"
 
-        def process(self, batch):
+        def process(self, batch, errors):
             time.sleep(0.2)
+            return {}
 
     class Quick(Stage):
         name = "quick"
 
-        def process(self, batch):
-            pass
+        def process(self, batch, errors):
+            return {}
 
     specs = [StageSpec(Quick, (), {}, StageResources()), StageSpec(Slow, (), {}, StageResources())]
     fused = FusedStage(specs)

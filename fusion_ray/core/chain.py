@@ -1,0 +1,181 @@
+"""The typed swap chain on frames and :class:`FaceBatch` values.
+
+``detect_select_align`` -> ``swap`` -> ``paste`` (-> ``align_for_enhance`` -> ``enhance`` ->
+``paste``). The engine, the Ray Data stage adapters and the Serve deployments all call these.
+
+Two kinds of failure: an input-specific one (a malformed frame, an unknown source) marks its
+frame in ``errors`` and the batch goes on; a fatal one (see :func:`fusion_ray.errors.is_fatal`:
+memory, model, provider) raises so that Ray restarts the actor or replica. Model calls run once
+over every face of the batch and are never retried face by face.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
+
+import numpy as np
+
+from fusion_ray.config import SelectionConfig
+from fusion_ray.core.facebatch import FaceBatch
+from fusion_ray.core.layout import CropLayout, align_crops, paste_crops
+from fusion_ray.core.swapper import SwapBackend
+from fusion_ray.errors import is_fatal
+from fusion_ray.models.detector import ScrfdDetector
+from fusion_ray.models.embedder import ArcFaceEmbedder
+from fusion_ray.models.enhancer import GfpganEnhancer
+from fusion_ray.ops.select import select_faces
+from fusion_ray.types import Embedding, Face, Frame, SourceIdentity, check_frame
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """How one frame's faces are chosen (a request or item may override the configured mode)."""
+
+    mode: str
+    index: int = 0
+    reference: Embedding | None = None
+    max_distance: float = 0.6
+
+    @classmethod
+    def of(cls, cfg: SelectionConfig, reference: Embedding | None = None) -> Selection:
+        return cls(cfg.mode, cfg.index, reference, cfg.max_distance)
+
+    def choose(self, faces: Sequence[Face]) -> list[Face]:
+        return select_faces(faces, self.mode, index=self.index, reference=self.reference,
+                            max_distance=self.max_distance)
+
+
+def guarded(errors: list[str], row: int, stage: str, call: Callable[[], T], fallback: T) -> T:
+    """``call()``, or ``fallback`` with the row marked in ``errors`` when it fails for this input."""
+    try:
+        return call()
+    except Exception as exc:
+        if is_fatal(exc):
+            raise
+        errors[row] = f"{stage}: {type(exc).__name__}: {exc}"
+        log.warning("frame %d failed: %s", row, errors[row])
+        return fallback
+
+
+@dataclass(frozen=True)
+class Detections:
+    """What detection found: the selected faces (cropped) and how many faces each frame had."""
+
+    faces: FaceBatch
+    faces_detected: np.ndarray
+
+
+def detect_select(detector: ScrfdDetector, frames: Sequence[Frame], errors: list[str],
+                  selections: Sequence[Selection], *, embedder: ArcFaceEmbedder | None = None,
+                  source_ids: Sequence[str] | None = None) -> Detections:
+    """Detect each healthy frame, (embed for reference selection,) and select its faces."""
+    detected = np.zeros(len(frames), np.int32)
+    chosen: list[list[Face]] = []
+    for row, frame in enumerate(frames):
+        none: tuple[int, list[Face]] = (0, [])
+        one = partial(_detect_one, detector, embedder, frame, selections[row])
+        found, picked = guarded(errors, row, "detect", one, none) if not errors[row] else none
+        detected[row] = found
+        chosen.append(picked)
+    return Detections(FaceBatch.from_faces(chosen, source_ids), detected)
+
+
+def _detect_one(detector: ScrfdDetector, embedder: ArcFaceEmbedder | None, frame: Frame,
+                selection: Selection) -> tuple[int, list[Face]]:
+    faces = detector.detect(check_frame(np.asarray(frame)))
+    if faces and selection.mode == "reference":
+        if embedder is None:
+            raise ValueError("reference selection needs the embedder")
+        faces = embedder.embed_faces(frame, faces)
+    return len(faces), selection.choose(faces)
+
+
+def detect_select_align(detector: ScrfdDetector, frames: Sequence[Frame], errors: list[str],
+                        selections: Sequence[Selection], layout: CropLayout, *,
+                        embedder: ArcFaceEmbedder | None = None,
+                        source_ids: Sequence[str] | None = None) -> Detections:
+    """:func:`detect_select`, then the swap crops of the selected faces (:func:`align`)."""
+    found = detect_select(detector, frames, errors, selections, embedder=embedder, source_ids=source_ids)
+    return Detections(align(frames, found.faces, layout, errors, "detect"), found.faces_detected)
+
+
+def align(frames: Sequence[Frame], faces: FaceBatch, layout: CropLayout, errors: list[str],
+          stage: str) -> FaceBatch:
+    """``faces`` with crops cut from their frames through ``layout`` (failed frames lose their faces)."""
+    crops = np.zeros((len(faces), layout.size, layout.size, 3), np.uint8)
+    affines = np.zeros((len(faces), 2, 3), np.float64)
+    for row in np.unique(faces.frame_index):
+        idx = np.flatnonzero(faces.frame_index == row)
+        none: tuple[np.ndarray, np.ndarray] | None = None
+        cut = guarded(errors, int(row), stage, partial(align_crops, frames[int(row)], faces.landmarks_5[idx], layout),
+                      none)
+        if cut is not None:
+            crops[idx], affines[idx] = cut
+    return faces.with_crops(crops, affines).without_frames([r for r, e in enumerate(errors) if e])
+
+
+def resolve_identities(faces: FaceBatch, identities: Mapping[str, SourceIdentity], backend: SwapBackend,
+                       errors: list[str]) -> tuple[FaceBatch, list[SourceIdentity]]:
+    """Each face's identity by its ``source_id``; frames with an unknown or unusable source are marked."""
+    resolved: dict[str, SourceIdentity | Exception] = {}
+    for source_id in dict.fromkeys(str(s) for s in faces.source_id):
+        try:
+            if source_id not in identities:
+                raise KeyError(f"unknown source_id {source_id!r}")
+            backend.check_identity(identities[source_id])
+            resolved[source_id] = identities[source_id]
+        except (KeyError, ValueError) as exc:
+            resolved[source_id] = exc
+    for row, source_id in zip(faces.frame_index, faces.source_id, strict=True):
+        problem = resolved[str(source_id)]
+        if isinstance(problem, Exception) and not errors[int(row)]:
+            errors[int(row)] = f"swap: {type(problem).__name__}: {problem}"
+    kept = faces.without_frames([r for r, e in enumerate(errors) if e])
+    return kept, [resolved[str(s)] for s in kept.source_id]  # type: ignore[misc]
+
+
+def swap(backend: SwapBackend, faces: FaceBatch, identities: Mapping[str, SourceIdentity],
+         errors: list[str]) -> FaceBatch:
+    """Swap every face of the batch in one backend call (faces of failed frames are left out)."""
+    kept, rows = resolve_identities(faces, identities, backend, errors)
+    if not len(kept):
+        return kept
+    crops, _ = kept.require_crops()
+    return kept.with_crops(backend.swap(crops, rows))
+
+
+def paste(frames: Sequence[Frame], faces: FaceBatch, layout: CropLayout, errors: list[str],
+          stage: str = "paste") -> list[Frame]:
+    """Each frame with its faces' crops pasted back; frames without faces (or failed) unchanged."""
+    out = [np.asarray(f) for f in frames]
+    if not len(faces):
+        return out
+    crops, affines = faces.require_crops()
+    for row in np.unique(faces.frame_index):
+        r = int(row)
+        if errors[r]:
+            continue
+        idx = np.flatnonzero(faces.frame_index == row)
+        out[r] = guarded(errors, r, stage, partial(paste_crops, out[r], crops[idx], affines[idx], layout), out[r])
+    return out
+
+
+def align_for_enhance(frames: Sequence[Frame], faces: FaceBatch, layout: CropLayout,
+                      errors: list[str]) -> FaceBatch:
+    """The faces re-cut from the (swapped) frames for the enhancer."""
+    return align(frames, faces, layout, errors, "paste")
+
+
+def enhance(enhancer: GfpganEnhancer, faces: FaceBatch, blend: float) -> FaceBatch:
+    """Enhance every face of the batch in one model call, ``blend`` of it over the original."""
+    if not len(faces):
+        return faces
+    crops, _ = faces.require_crops()
+    return faces.with_crops(enhancer.enhance(crops, blend))

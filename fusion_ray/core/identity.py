@@ -1,0 +1,103 @@
+"""Source identities: pick the source face, embed it, average several images, derive the latent.
+
+Used by the image command (``Engine``), the job driver and the Serve deployments, which split
+the work across replicas: the detector cuts :class:`SourceFace` crops, the swapper replica
+embeds them in a batch and calls :func:`identity_from`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fusion_ray.config import EngineConfig
+from fusion_ray.core.layout import align_crops, embed_layout, swap_layout
+from fusion_ray.core.modelset import ModelSet
+from fusion_ray.errors import FusionRayError, NoFaceError
+from fusion_ray.models.embedder import ArcFaceEmbedder, l2_normalise
+from fusion_ray.models.swapper import InswapperSwapper
+from fusion_ray.types import Crop, Embedding, Face, Frame, SourceIdentity, check_frame
+
+
+@dataclass(frozen=True)
+class SourceFace:
+    """The chosen face of one source image, cut for the embedder and (classic) for the swap."""
+
+    embed_crop: Crop
+    swap_crop: Crop | None
+    score: float
+
+
+def largest_face(faces: Sequence[Face]) -> Face | None:
+    """The face with the biggest box (the source face of a source image), or None."""
+    return max(faces, key=lambda f: f.area) if faces else None
+
+
+def cut_source_face(frame: Frame, face: Face, cfg: EngineConfig) -> SourceFace:
+    """Embedder crop, and the classic swapper's source crop when that swapper is configured."""
+    embed_crop = align_crops(frame, face.landmarks_5[None], embed_layout(cfg))[0][0]
+    swap_crop = None
+    if cfg.swap.swapper == "classic":
+        swap_crop = align_crops(frame, face.landmarks_5[None], swap_layout(cfg))[0][0]
+    return SourceFace(embed_crop, swap_crop, face.score)
+
+
+def average_embedding(vectors: np.ndarray) -> Embedding:
+    """One L2-normalised identity from (k, 512) embeddings of the same person."""
+    rows = np.asarray(vectors, np.float32).reshape(len(vectors), -1)
+    if not len(rows):
+        raise ValueError("average_embedding: expected at least one embedding")
+    return l2_normalise(rows.mean(axis=0, keepdims=True))[0]
+
+
+def embed_source_faces(embedder: ArcFaceEmbedder, faces: Sequence[SourceFace]) -> np.ndarray:
+    """(k, 512) embeddings of the source faces, in one batched call."""
+    return embedder.embed_crops(np.stack([f.embed_crop for f in faces]))
+
+
+def identity_from(faces: Sequence[SourceFace], vectors: np.ndarray | None, cfg: EngineConfig,
+                  inswapper: InswapperSwapper | None) -> SourceIdentity:
+    """The identity of ``faces`` (their embeddings ``vectors``, None without an embedder).
+
+    The inswapper's latent is derived here when its model is at hand; otherwise (a job driver
+    preparing sources for a pipeline) the swap stage derives it from the embedding.
+    """
+    if not faces:
+        raise NoFaceError("no source image given")
+    embedding = average_embedding(vectors) if vectors is not None else None
+    crop = latent = None
+    if cfg.swap.swapper == "classic":
+        crop = faces[int(np.argmax([f.score for f in faces]))].swap_crop
+    else:
+        if embedding is None:
+            raise FusionRayError("the inswapper needs the embedder to prepare a source")
+        latent = inswapper.latent(embedding) if inswapper is not None else None
+    return SourceIdentity(embedding=embedding, latent=latent, crop=crop, num_images=len(faces))
+
+
+def prepare_source(models: ModelSet, cfg: EngineConfig, images: Sequence[Frame],
+                   names: Sequence[str] | None = None) -> SourceIdentity:
+    """Embed the largest face of each source image once; several images average into one identity."""
+    if not images:
+        raise NoFaceError("no source image given")
+    labels = list(names) if names is not None else [f"source #{i + 1}" for i in range(len(images))]
+    detector = models.need_detector()
+    faces = []
+    for image, label in zip(images, labels, strict=True):
+        face = largest_face(detector.detect(check_frame(image, label)))
+        if face is None:
+            raise NoFaceError(f"no face found in source image {label}")
+        faces.append(cut_source_face(image, face, cfg))
+    vectors = embed_source_faces(models.embedder, faces) if models.embedder is not None else None
+    return identity_from(faces, vectors, cfg, models.inswapper)
+
+
+def prepare_reference(models: ModelSet, cfg: EngineConfig, image: Frame,
+                      name: str = "reference image") -> Embedding:
+    """The embedding of the largest face in the reference image."""
+    face = largest_face(models.need_detector().detect(check_frame(image, name)))
+    if face is None:
+        raise NoFaceError(f"no face found in {name}")
+    return embed_source_faces(models.need_embedder(), [cut_source_face(image, face, cfg)])[0]
