@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 
 from fusion_ray.config import EngineConfig, SwapConfig
-from fusion_ray.core.layout import align_crops, embed_layout, enhance_layout, paste_crops, swap_layout
+from fusion_ray.core.layout import (
+    align_crops,
+    embed_layout,
+    enhance_layout,
+    paste_crops,
+    swap_layout,
+)
 
 
 @pytest.mark.parametrize("swapper,template,size", [("inswapper", "arcface_128", 128), ("classic", "arcface_128", 256)])
