@@ -24,7 +24,7 @@ import numpy as np
 from fusion_ray.bench.memory import MemoryPeak, PeakMemorySampler
 from fusion_ray.config import EngineConfig
 from fusion_ray.engine import Engine
-from fusion_ray.image import load_reference, load_sources, metadata_for
+from fusion_ray.image import load_reference, load_sources
 from fusion_ray.models.detector import plan_input
 from fusion_ray.video import EncodeOptions, decode_all, encode_segment, join_segments, probe
 
@@ -136,12 +136,12 @@ def run_serial(video: Path, sources: Sequence[Path], cfg: EngineConfig, *, canva
                        options=encode_options)
         loop_end = time.perf_counter()
         join_segments([segment], output, fps=info.fps, audio_source=video if info.has_audio else None,
-                      metadata={"comment": _comment(engine.stand_in_models)})
+                      metadata={"comment": _comment(engine)})
         end = time.perf_counter()
     segment.unlink(missing_ok=True)
     n = max(counts["frames"], 1)
     stage_ms = {stage: totals[stage] / n for stage in SERIAL_STAGES if stage in totals}
-    model_hw = engine.detector.model_hw if engine.detector is not None else (None, None)
+    model_hw = engine.models.detector.model_hw if engine.models.detector is not None else (None, None)
     return SerialResult(
         canvas=canvas, detector_canvas_hw=plan_input((info.height, info.width), cfg.detector, model_hw).canvas_hw,
         frames=counts["frames"], faces_detected=counts["detected"], faces_swapped=counts["swapped"],
@@ -152,13 +152,13 @@ def run_serial(video: Path, sources: Sequence[Path], cfg: EngineConfig, *, canva
 
 
 def _threads_of(engine: Engine) -> int:
-    detector = engine.detector
+    detector = engine.models.detector
     session = getattr(detector, "session", None)
     if session is None:
         return 1
     return int(session.get_session_options().intra_op_num_threads)
 
 
-def _comment(stand_ins: Sequence[str]) -> str:
-    meta = metadata_for(stand_ins)
+def _comment(engine: Engine) -> str:
+    meta = engine.provenance.metadata()
     return meta.get("Comment", meta["Software"])
