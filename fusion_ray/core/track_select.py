@@ -1,0 +1,115 @@
+"""Face selection decided per track, not per frame: the chosen person stays chosen.
+
+The per-frame rules of :func:`fusion_ray.ops.select.select_faces` applied once per track:
+
+- ``all``: every face;
+- ``largest``: the track of the largest face on the first frame with a face;
+- ``index``: the track of the ``index``-th face in reading order (left to right, then top to
+  bottom) on the first frame with enough faces;
+- ``reference``: each track whose embedding (of one face of the track, e.g. its
+  best-scored one: :func:`representative_faces`) is within ``max_distance`` of the reference.
+
+A ``largest`` or ``index`` choice holds while its track lives (a second face appearing, or
+the detector's order changing, does not move it); when the track ends the choice is made again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from fusion_ray.core.tracking import FrameFaces
+from fusion_ray.ops.select import cosine_distance
+from fusion_ray.types import Embedding
+
+BoolArray = npt.NDArray[np.bool_]
+
+
+class TrackSelection:
+    """Sticky selection over one shot's frames (in order). ``choose`` once per frame."""
+
+    def __init__(self, mode: str, *, index: int = 0, reference: Embedding | None = None,
+                 max_distance: float = 0.6) -> None:
+        if mode not in ("all", "largest", "index", "reference"):
+            raise ValueError(f"unknown selection mode {mode!r}; expected all, largest, index or reference")
+        if mode == "reference" and reference is None:
+            raise ValueError("reference selection needs a reference embedding")
+        if index < 0:
+            raise ValueError(f"index: expected a non-negative face index, got {index}")
+        self.mode = mode
+        self.index = index
+        self.reference = reference
+        self.max_distance = max_distance
+        self.chosen: int | None = None
+        self._decided: dict[int, bool] = {}
+
+    def choose(self, faces: FrameFaces, *, live: Collection[int] | None = None,
+               embeddings: Mapping[int, Embedding] | None = None) -> BoolArray:
+        """Which of this frame's faces are swapped.
+
+        ``live``: the ids of tracks that have not ended (None: the chosen track lives on);
+        ``embeddings``: track id -> embedding, needed for ``reference`` (a track without one
+        yet is not swapped until it has one; the decision is then kept).
+        """
+        ids = faces.track_id
+        if self.mode == "all":
+            return np.ones(len(faces), bool)
+        if self.mode == "reference":
+            return self._reference(ids, embeddings or {})
+        if self.chosen is not None and live is not None and self.chosen not in live:
+            self.chosen = None
+        if self.chosen is None and len(faces):
+            self.chosen = self._pick(faces)
+        return ids == self.chosen if self.chosen is not None else np.zeros(len(faces), bool)
+
+    def _pick(self, faces: FrameFaces) -> int | None:
+        boxes = faces.bbox_xyxy
+        if self.mode == "largest":
+            areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+            return int(faces.track_id[int(np.argmax(areas))])
+        order = sorted(range(len(faces)), key=lambda i: (float(boxes[i, 0]), float(boxes[i, 1])))
+        return int(faces.track_id[order[self.index]]) if self.index < len(order) else None
+
+    def _reference(self, ids: npt.NDArray[np.int64], embeddings: Mapping[int, Embedding]) -> BoolArray:
+        assert self.reference is not None
+        for tid in ids.tolist():
+            if tid not in self._decided and tid in embeddings:
+                self._decided[tid] = cosine_distance(embeddings[tid], self.reference) <= self.max_distance
+        return np.asarray([self._decided.get(tid, False) for tid in ids.tolist()], bool)
+
+
+def last_frames(frames: Sequence[FrameFaces]) -> dict[int, int]:
+    """Track id -> index of the last frame it appears in."""
+    last: dict[int, int] = {}
+    for i, faces in enumerate(frames):
+        for tid in faces.track_id.tolist():
+            last[tid] = i
+    return last
+
+
+def select_tracks(frames: Sequence[FrameFaces], mode: str, *, index: int = 0,
+                  reference: Embedding | None = None, max_distance: float = 0.6,
+                  embeddings: Mapping[int, Embedding] | None = None) -> list[BoolArray]:
+    """Offline: for each frame of a tracked shot, which faces are swapped (see :class:`TrackSelection`)."""
+    selection = TrackSelection(mode, index=index, reference=reference, max_distance=max_distance)
+    last = last_frames(frames)
+    masks = []
+    for i, faces in enumerate(frames):
+        live = {tid for tid, end in last.items() if end >= i}
+        masks.append(selection.choose(faces, live=live, embeddings=embeddings))
+    return masks
+
+
+def representative_faces(frames: Sequence[FrameFaces]) -> dict[int, tuple[int, int]]:
+    """Track id -> (frame index, row) of its best-scored detected (not interpolated) face."""
+    best: dict[int, tuple[float, int, int]] = {}
+    for i, faces in enumerate(frames):
+        for row in range(len(faces)):
+            if faces.interpolated[row]:
+                continue
+            tid, score = int(faces.track_id[row]), float(faces.score[row])
+            if tid not in best or score > best[tid][0]:
+                best[tid] = (score, i, row)
+    return {tid: (i, row) for tid, (_, i, row) in best.items()}

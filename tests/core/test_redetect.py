@@ -1,0 +1,116 @@
+"""Re-detection crops, the full-detection policy, and ROI re-detection with the real SCRFD."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from fusion_ray.config import DetectorConfig, RuntimeConfig
+from fusion_ray.core.redetect import (
+    TrackingDetector,
+    full_detection_reason,
+    redetect,
+    roi_detector,
+    roi_for,
+    to_frame,
+)
+from fusion_ray.core.tracking import FrameFaces, Tracker
+from fusion_ray.core.tracking_config import TrackingConfig
+from fusion_ray.imageio import read_image
+from fusion_ray.models.detector import ScrfdDetector
+from fusion_ray.models.registry import get_spec
+from fusion_ray.models.session import create_session
+
+
+@pytest.mark.parametrize("box,frame_hw,growth,canvas,expected", [
+    ([300, 150, 340, 200], (360, 640), 2.0, 64, (270, 125, 370, 225)),   # 2 x the longest side (50)
+    ([300, 150, 340, 200], (360, 640), 2.0, 160, (240, 95, 400, 255)),   # at least the canvas
+    ([0, 10, 40, 50], (360, 640), 2.0, 64, (0, 0, 80, 80)),              # moved inside the frame
+    ([600, 300, 640, 360], (360, 640), 2.0, 64, (520, 240, 640, 360)),
+    ([100, 50, 300, 300], (360, 640), 2.0, 64, (0, 0, 500, 360)),        # taller than the frame: cut
+    ([700, 100, 760, 160], (360, 640), 2.0, 64, None),                   # outside the frame
+    ([10, -80, 50, -20], (360, 640), 2.0, 64, None),
+])
+def test_roi_for(box, frame_hw, growth, canvas, expected):
+    assert roi_for(box, frame_hw, growth, canvas) == expected
+
+
+def test_to_frame_moves_crop_faces_by_the_crop_origin():
+    faces = FrameFaces(np.asarray([[1, 2, 3, 4]], np.float32), np.ones((1, 5, 2), np.float32), np.asarray([0.9], np.float32))
+    moved = to_frame(faces, (10, 20, 50, 60))
+    assert moved.bbox_xyxy.tolist() == [[11, 22, 13, 24]] and np.allclose(moved.landmarks_5, [[11, 21]] * 5)
+
+
+CFG = TrackingConfig(full_every=5)
+
+
+@pytest.mark.parametrize("frame_idx,last_full,lost,low,expected", [
+    (0, None, False, False, "first"),
+    (7, None, True, True, "first"),
+    (5, 0, False, False, "every"),
+    (4, 0, False, False, None),
+    (3, 0, True, False, "lost"),
+    (3, 0, False, True, "low_score"),
+    (12, 10, False, False, None),
+])
+def test_full_detection_reason(frame_idx, last_full, lost, low, expected):
+    assert full_detection_reason(frame_idx, last_full=last_full, cfg=CFG, lost=lost, low_score=low) == expected
+
+
+@pytest.fixture(scope="module")
+def detector(scrfd_path):
+    session, _ = create_session(scrfd_path, RuntimeConfig(providers=["cpu"]), cpu_budget=1)
+    return ScrfdDetector(session, get_spec("scrfd_2.5g"), DetectorConfig())
+
+
+@pytest.fixture(scope="module")
+def clip(images_dir):
+    """A 640x360 clip: obama.jpg's face scaled down, sliding 6 px per frame."""
+    photo = read_image(images_dir / "obama.jpg").frame
+    face = cv2.resize(photo[40:480, 300:690], (150, 170), interpolation=cv2.INTER_AREA)
+    frames = []
+    for f in range(12):
+        canvas = np.full((360, 640, 3), 110, np.uint8)
+        x = 150 + 6 * f
+        canvas[90:260, x:x + 150] = face
+        frames.append(canvas)
+    return frames
+
+
+def test_roi_detector_keeps_session_and_uses_a_square_canvas(detector):
+    small = roi_detector(detector, 160)
+    assert small.session is detector.session and small.cfg.size == 160 and small.cfg.canvas == "square"
+
+
+def test_redetect_on_a_crop_finds_the_face_where_full_detection_does(detector, clip):
+    cfg = TrackingConfig()
+    tracker = Tracker(cfg)
+    tracker.update(0, FrameFaces.from_faces(detector.detect(clip[0])))
+    full = FrameFaces.from_faces(detector.detect(clip[1]))
+    result = redetect(clip[1], roi_detector(detector, cfg.roi_canvas), tracker.predictions(1), cfg)
+    assert result.crops == 1 and len(result.faces) == 1 and result.scores[0] > cfg.roi_min_score
+    eye = np.linalg.norm(full.landmarks_5[0, 1] - full.landmarks_5[0, 0])
+    assert np.abs(result.faces.landmarks_5[0] - full.landmarks_5[0]).max() < 0.15 * eye
+
+
+def test_tracking_detector_runs_full_detection_every_n_frames_and_crops_between(detector, clip):
+    tracking = TrackingDetector(detector, TrackingConfig(full_every=5))
+    ids = []
+    for f, frame in enumerate(clip):
+        raw, online = tracking.step(f, frame)
+        assert len(raw) == 1
+        ids.append(online.track_id.tolist())
+    assert ids == [[0]] * len(clip)
+    assert tracking.counters.full == 3 and tracking.counters.roi == len(clip) - 3   # frames 0, 5, 10
+    assert tracking.counters.reasons == {"first": 1, "every": 2}
+
+
+def test_tracking_detector_runs_full_detection_after_a_face_is_lost(detector, clip):
+    tracking = TrackingDetector(detector, TrackingConfig(full_every=50))
+    hidden = np.full_like(clip[3], 110)
+    for f, frame in enumerate(clip[:6]):
+        tracking.step(f, hidden if f == 3 else frame)
+    # 0: first; 3: the crop finds nothing (the face is lost); 4: a full detection finds it again.
+    assert tracking.counters.reasons == {"first": 1, "lost": 1}
+    assert tracking.counters.roi == 4
