@@ -20,6 +20,7 @@ from fusion_ray.models.embedder import ArcFaceEmbedder
 from fusion_ray.models.enhancer import GfpganEnhancer
 from fusion_ray.models.registry import get_spec
 from fusion_ray.models.session import create_session
+from fusion_ray.models.standins import is_stand_in as is_stand_in_file
 from fusion_ray.models.store import LocatedModel, ModelStore, resolve_models_dir
 from fusion_ray.models.swapper import InswapperSwapper, read_emap
 
@@ -125,3 +126,22 @@ def _needed(model: ModelT | None, component: str) -> ModelT:
     if model is None:
         raise FusionRayError(f"this worker was loaded without its {component}")
     return model
+
+
+def inspect_models(cfg: EngineConfig, components: Iterable[Component] | None = None, *,
+                   store: ModelStore | None = None) -> dict[str, ModelInfo]:
+    """:class:`ModelInfo` of the models ``cfg`` uses, from their files, without loading a session.
+
+    For a driver that loads only some models itself (a job's driver embeds sources; its stage
+    actors load the rest) but must label every output made with a stand-in.
+    """
+    wanted = set(components) if components is not None else required_components(cfg)
+    store = store or ModelStore(resolve_models_dir(cfg.models.models_dir), overrides=dict(cfg.models.paths))
+    names = {"detector": cfg.models.detector, "embedder": cfg.models.embedder, "enhancer": cfg.models.enhancer,
+             "swapper": cfg.models.swapper if cfg.swap.swapper == "inswapper" else None}
+    info: dict[str, ModelInfo] = {}
+    for component, name in names.items():
+        if component in wanted and name is not None:
+            located = store.locate(name)
+            info[name] = ModelInfo(name, str(located.path), located.status, (), is_stand_in_file(located.path))
+    return info
