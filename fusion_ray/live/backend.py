@@ -1,0 +1,84 @@
+"""What a host injects into the stream core: how to authorise, open a source, process a frame.
+
+The in-process host (:mod:`fusion_ray.live.local`) implements it over an :class:`~fusion_ray.engine.Engine`;
+the Serve ingress implements it over its detector and swapper deployments.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from fusion_ray.errors import FusionRayError
+from fusion_ray.live.protocol import StartMessage
+from fusion_ray.types import Frame
+
+
+class StreamRefused(FusionRayError):
+    """The backend refuses a stream: sent as an ``error`` event, then the connection is closed."""
+
+    def __init__(self, close_code: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.close_code = close_code
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class FramePlan:
+    """How to process one frame, decided by the stream's degradation level.
+
+    ``landmarks`` not None: skip detection and swap the faces at these (N, 5, 2) landmarks (the
+    last detected ones, level 2). ``detector_size`` not None: detect on this smaller canvas
+    (level 3). ``enhance``: run the enhancer (asked for by the client and allowed by the level).
+    """
+
+    seq: int
+    level: int
+    enhance: bool
+    landmarks: np.ndarray | None = None
+    detector_size: int | None = None
+
+
+@dataclass(frozen=True)
+class Processed:
+    """A processed frame; ``landmarks`` (N, 5, 2) of the faces swapped, reused at level 2.
+
+    A frame without a face is returned unchanged with no landmarks. A processor must never
+    return a frame whose selected faces were not swapped (it raises instead).
+    """
+
+    frame: Frame
+    landmarks: np.ndarray
+    faces_detected: int
+
+
+class FrameProcessor(Protocol):
+    """One stream's processing (holds the stream's source identity and options)."""
+
+    @property
+    def stand_in_models(self) -> list[str]: ...
+
+    async def process(self, frame: Frame, plan: FramePlan) -> Processed: ...
+
+
+class StreamBackend(Protocol):
+    """The host side of the stream core."""
+
+    def authorize(self, token: str | None) -> bool:
+        """Whether the start message's token is accepted (True when the host has no token)."""
+        ...
+
+    async def open(self, start: StartMessage) -> FrameProcessor:
+        """The stream's processor; :class:`StreamRefused` (e.g. unknown source, close 1008)."""
+        ...
+
+
+def token_matches(expected: str | None, given: str | None) -> bool:
+    """Constant-time token check; no expected token accepts everything."""
+    if expected is None:
+        return True
+    return bool(given) and hmac.compare_digest(str(given).encode(), expected.encode())

@@ -1,0 +1,109 @@
+"""Typed settings of live streams: per-replica limits, per-frame deadline, degradation ladder.
+
+Memory bound per replica (what the limits guarantee, whatever the clients send):
+
+- waiting frames: ``max_streams x queue_depth x max_frame_bytes`` (encoded, before decoding;
+  the default 8 x 1 x 2 MB = 16 MB);
+- frames being worked on: ``max_streams x stream_inflight`` of them, each at most
+  ``max_frame_bytes`` encoded plus about ``6 x 3 x max_frame_pixels`` bytes decoded
+  (frame, output and the model crops; default 8 x 1 x (2 MB + 37 MB) = 312 MB at the pixel cap,
+  about 8 x 4 MB for 640x360 streams);
+- results waiting for a slow client: ``max_streams x send_queue x max_frame_bytes``
+  (8 x 2 x 2 MB = 32 MB), plus ``max_streams x max_events`` small text events.
+
+Nothing else grows with time or with a client's behaviour: latency windows are bounded
+deques and per-reason counters are fixed.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+LEVEL_NAMES = ("normal", "enhancer_off", "detect_every_k", "small_detector", "low_quality")
+"""Degradation levels, in the order the ladder steps down through them."""
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LadderConfig(_Config):
+    """When a stream steps down one degradation level and back up (with hysteresis)."""
+
+    allowed_levels: tuple[int, ...] = Field(
+        default=(0, 1, 2, 3, 4),
+        description="Levels the ladder may use (0 normal, 1 enhancer off, 2 detection every k-th frame, "
+        "3 smaller detector canvas, 4 lower JPEG quality); a level left out is skipped and its "
+        "degradation never applied.")
+    degrade_drop_rate: float = Field(
+        default=0.25, ge=0.0, le=1.0,
+        description="Unhealthy when more than this share of incoming frames is dropped (stale or deadline).")
+    degrade_latency: float = Field(
+        default=0.8, gt=0.0, le=1.0,
+        description="Unhealthy when server-side p99 latency exceeds this fraction of the stream's deadline.")
+    recover_drop_rate: float = Field(default=0.05, ge=0.0, le=1.0,
+                                     description="Healthy when at most this share is dropped ...")
+    recover_latency: float = Field(default=0.5, gt=0.0, le=1.0,
+                                   description="... and p99 is at most this fraction of the deadline.")
+    degrade_after_s: float = Field(default=2.0, gt=0.0, description="Unhealthy this long: step down one level.")
+    recover_after_s: float = Field(default=5.0, gt=0.0, description="Healthy this long: step up one level.")
+    detect_every: int = Field(default=3, ge=2, description="Level 2: run detection on every k-th frame.")
+    small_detector_size: int = Field(default=320, ge=64, description="Level 3: detector canvas (multiple of 32).")
+    low_quality: int = Field(default=50, ge=1, le=100, description="Level 4: JPEG quality of results at most this.")
+
+    @model_validator(mode="after")
+    def _check(self) -> LadderConfig:
+        levels = self.allowed_levels
+        if 0 not in levels or any(level not in range(len(LEVEL_NAMES)) for level in levels):
+            raise ValueError(f"allowed_levels must include 0 and be within 0..{len(LEVEL_NAMES) - 1}, got {levels}")
+        if tuple(sorted(set(levels))) != levels:
+            raise ValueError(f"allowed_levels must be increasing without repeats, got {levels}")
+        if self.recover_drop_rate > self.degrade_drop_rate or self.recover_latency > self.degrade_latency:
+            raise ValueError("recover thresholds must not be above the degrade thresholds (hysteresis)")
+        if self.small_detector_size % 32:
+            raise ValueError(f"small_detector_size must be a multiple of 32, got {self.small_detector_size}")
+        return self
+
+
+class LiveConfig(_Config):
+    """Limits of live streams on one replica (see the module docstring for the memory bound)."""
+
+    max_streams: int = Field(default=8, ge=1, description="Streams per replica; more are refused (close 1013).")
+    slots: int = Field(default=2, ge=1,
+                       description="Frames processed at once on this replica, shared fairly by its streams.")
+    stream_inflight: int = Field(default=1, ge=1, le=4, description="Frames of one stream processed at once.")
+    queue_depth: int = Field(default=1, ge=1, le=8,
+                             description="Waiting frames per stream; a newer frame replaces the oldest (stale).")
+    send_queue: int = Field(default=2, ge=1, le=16,
+                            description="Results waiting for a slow client; more are dropped (overload).")
+    max_events: int = Field(default=64, ge=8, description="Text events waiting for a slow client (oldest lost).")
+    max_frame_bytes: int = Field(default=2_000_000, ge=1024, description="Largest frame message (too_large).")
+    max_frame_pixels: int = Field(default=1920 * 1080, ge=64,
+                                  description="Largest frame, from its header before decoding (too_large).")
+    max_fps: float = Field(default=60.0, gt=0.0,
+                           description="Incoming frame rate per stream; frames above it are dropped (overload).")
+    burst_frames: int = Field(default=10, ge=1, description="Frames allowed above max_fps in a burst.")
+    deadline_ms: int = Field(default=300, ge=10, description="Default per-frame deadline from arrival.")
+    min_deadline_ms: int = Field(default=20, ge=1, description="Smallest deadline a client may ask for.")
+    max_deadline_ms: int = Field(default=5000, ge=10, description="Largest deadline a client may ask for.")
+    start_timeout_s: float = Field(default=10.0, gt=0.0, description="Time to send the start message.")
+    idle_timeout_s: float = Field(default=15.0, gt=0.0, description="No frame this long: the stream is closed.")
+    max_session_s: float = Field(default=3600.0, gt=0.0, description="Longest stream.")
+    stats_interval_s: float = Field(default=1.0, gt=0.0, description="Period of `stats` events and ladder checks.")
+    work_timeout_s: float = Field(
+        default=10.0, gt=0.0,
+        description="A frame's work still running this long after its deadline is abandoned (a hung stage).")
+    latency_window: int = Field(default=256, ge=8, description="Recent latencies kept for p50/p99.")
+    ladder: LadderConfig = LadderConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> LiveConfig:
+        if not self.min_deadline_ms <= self.deadline_ms <= self.max_deadline_ms:
+            raise ValueError("deadline_ms must be within [min_deadline_ms, max_deadline_ms]")
+        return self
+
+    def memory_bound_bytes(self) -> int:
+        """The bound of the module docstring, in bytes."""
+        per_stream = (self.queue_depth + self.send_queue) * self.max_frame_bytes
+        per_stream += self.stream_inflight * (self.max_frame_bytes + 6 * 3 * self.max_frame_pixels)
+        return self.max_streams * per_stream

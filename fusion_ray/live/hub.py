@@ -1,0 +1,159 @@
+"""The per-replica entry point of live streams: admit a connection, run its stream, count it.
+
+A host creates one :class:`LiveHub` per replica and, for every accepted WebSocket, awaits
+``hub.serve(transport)``; e.g. in a FastAPI ingress::
+
+    @app.websocket("/v1/stream")
+    async def stream(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await hub.serve(StarletteTransport(websocket))
+
+``serve`` reads the start message, refuses (``error`` event, then close 1003/1008/1013) or
+runs the stream to its end, and returns a :class:`StreamSummary`. All streams of a hub share
+its :class:`FairScheduler`, so the replica's processing slots are shared fairly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from fusion_ray.live.backend import StreamBackend, StreamRefused
+from fusion_ray.live.config import LEVEL_NAMES, LiveConfig
+from fusion_ray.live.protocol import (
+    CLOSE_POLICY,
+    CLOSE_TRY_AGAIN_LATER,
+    CLOSE_UNSUPPORTED,
+    DROP_REASONS,
+    ProtocolError,
+    StartMessage,
+    error_event,
+    parse_start,
+    ready_event,
+)
+from fusion_ray.live.scheduler import FairScheduler
+from fusion_ray.live.stream import Stream, StreamSummary
+from fusion_ray.live.transport import Transport, TransportClosed
+
+log = logging.getLogger(__name__)
+
+OUTCOMES = ("delivered", *DROP_REASONS)
+FRAMES_METRIC = "fusion_ray_live_frames_total"
+LATENCY_METRIC = "fusion_ray_live_latency_seconds"
+
+
+class MetricsSink(Protocol):
+    """Where frame outcomes go (``fusion_ray.serve.metrics.MetricsRecorder`` fits)."""
+
+    def inc(self, name: str, amount: float = 1.0, **labels: str) -> None: ...
+
+    def observe(self, name: str, value: float, **labels: str) -> None: ...
+
+
+class LiveHub:
+    """Admission, the stream registry and the fair scheduler of one replica."""
+
+    def __init__(self, cfg: LiveConfig, backend: StreamBackend, *, metrics: MetricsSink | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.cfg = cfg
+        self.backend = backend
+        self.metrics = metrics
+        self.clock = clock
+        self.scheduler = FairScheduler(cfg.slots)
+        self.streams: dict[str, Stream] = {}
+        self.outcomes: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
+        self.refusals: dict[str, int] = {}
+        self._admitted = 0
+
+    @property
+    def active_streams(self) -> int:
+        return self._admitted
+
+    async def serve(self, transport: Transport) -> StreamSummary:
+        """Run one accepted connection to its end (never raises for client behaviour)."""
+        try:
+            first = await asyncio.wait_for(transport.receive(), self.cfg.start_timeout_s)
+        except asyncio.TimeoutError:
+            return await self._refuse(transport, CLOSE_POLICY, "start_timeout", "no start message in time")
+        except TransportClosed:
+            return _summary("", "disconnected")
+        try:
+            start = parse_start(first)
+        except ProtocolError as exc:
+            return await self._refuse(transport, CLOSE_UNSUPPORTED, "malformed_start", str(exc))
+        if not self.backend.authorize(start.token):
+            return await self._refuse(transport, CLOSE_POLICY, "unauthorized", "missing or wrong token")
+        deadline = start.deadline_ms if start.deadline_ms is not None else self.cfg.deadline_ms
+        if not self.cfg.min_deadline_ms <= deadline <= self.cfg.max_deadline_ms:
+            return await self._refuse(transport, CLOSE_UNSUPPORTED, "malformed_start",
+                                      f"deadline_ms must be within {self.cfg.min_deadline_ms}.."
+                                      f"{self.cfg.max_deadline_ms}, got {deadline}")
+        if self._admitted >= self.cfg.max_streams:
+            return await self._refuse(transport, CLOSE_TRY_AGAIN_LATER, "too_many_streams",
+                                      f"this replica runs its limit of {self.cfg.max_streams} streams; retry later")
+        self._admitted += 1
+        try:
+            return await self._run(transport, start)
+        finally:
+            self._admitted -= 1
+
+    async def _run(self, transport: Transport, start: StartMessage) -> StreamSummary:
+        try:
+            processor = await self.backend.open(start)
+        except StreamRefused as exc:
+            return await self._refuse(transport, exc.close_code, exc.code, exc.message)
+        stream_id = uuid.uuid4().hex[:12]
+        stream = Stream(stream_id, start, processor, transport, self.cfg, self.scheduler,
+                        on_outcome=self._outcome, clock=self.clock)
+        self.streams[stream_id] = stream
+        try:
+            await transport.send_text(ready_event(
+                stream_id, stream.deadline_ms, list(processor.stand_in_models), level=0,
+                level_name=LEVEL_NAMES[0], max_fps=self.cfg.max_fps, queue_depth=self.cfg.queue_depth,
+                max_frame_bytes=self.cfg.max_frame_bytes, max_frame_pixels=self.cfg.max_frame_pixels))
+            summary = await stream.run()
+        except TransportClosed:
+            summary = _summary(stream_id, "disconnected")
+        finally:
+            del self.streams[stream_id]
+            self.scheduler.forget(stream_id)
+        log.info("stream %s ended (%s): %d in, %d out, dropped %s", stream_id, summary.reason,
+                 summary.frames_in, summary.frames_out, summary.dropped)
+        return summary
+
+    async def _refuse(self, transport: Transport, close_code: int, code: str, message: str) -> StreamSummary:
+        self.refusals[code] = self.refusals.get(code, 0) + 1
+        if self.metrics is not None:
+            self.metrics.inc("fusion_ray_live_refused_total", reason=code)
+        with contextlib.suppress(TransportClosed):
+            await transport.send_text(error_event(code, message))
+        await transport.close(close_code, code)
+        return _summary("", code)
+
+    def _outcome(self, outcome: str, latency_s: float | None) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        if self.metrics is not None:
+            self.metrics.inc(FRAMES_METRIC, outcome=outcome)
+            if latency_s is not None:
+                self.metrics.observe(LATENCY_METRIC, latency_s)
+
+    def gauges(self) -> list[tuple[str, str, Mapping[str, str], float]]:
+        """(name, help, labels, value) gauges for /metrics: active streams, streams per level."""
+        out: list[tuple[str, str, Mapping[str, str], float]] = [
+            ("fusion_ray_live_streams", "Live streams on this replica.", {}, float(self._admitted))]
+        levels = [0] * len(LEVEL_NAMES)
+        for stream in self.streams.values():
+            levels[stream.level] += 1
+        for level, count in enumerate(levels):
+            out.append(("fusion_ray_live_streams_by_level", "Live streams by degradation level.",
+                        {"level": str(level), "name": LEVEL_NAMES[level]}, float(count)))
+        return out
+
+
+def _summary(stream_id: str, reason: str) -> StreamSummary:
+    return StreamSummary(stream_id, reason, 0, 0, dict.fromkeys(DROP_REASONS, 0))

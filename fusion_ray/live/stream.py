@@ -1,0 +1,353 @@
+"""One live stream's real-time loop: receive, drop, schedule, process, send, report.
+
+Four tasks share a stream's state on one event loop (nothing here blocks it; decoding and
+encoding run in threads, processing is the injected :class:`FrameProcessor`):
+
+- *receive*: every binary message is checked cheaply, in order: header (``bad_frame``),
+  incoming rate (``overload``), bytes and header pixels (``too_large``) and format
+  (``bad_frame``), all before decoding; then it enters the latest-wins queue, whose replaced
+  frame is dropped as ``stale``;
+- *dispatch*: when the stream may run another frame and the replica's fair scheduler grants a
+  slot, the oldest waiting frame is taken (``deadline`` if it already expired) and processed;
+- a processed frame is queued for sending only if it is within its deadline, newer than every
+  frame queued before it (``stale``) and the send queue has room (``overload``);
+- *send*: writes events and results; a result is checked against its deadline and the last
+  sequence number sent once more, right before it goes out, so nothing late or out of order is
+  ever sent; a slow client only fills the bounded send queue;
+- *tick*: every ``stats_interval_s`` a ``stats`` event, one ladder step, idle and session limits.
+
+A failed or late frame is dropped, never replaced by its unprocessed input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import cv2
+import numpy as np
+
+from fusion_ray.errors import InputError
+from fusion_ray.imageheader import ImageTooLargeError, check_image_header
+from fusion_ray.imageio import add_jpeg_comment, decode_image
+from fusion_ray.live.backend import FramePlan, FrameProcessor
+from fusion_ray.live.buffers import LatestQueue, Outbox, OutResult, PendingFrame
+from fusion_ray.live.config import LEVEL_NAMES, LiveConfig
+from fusion_ray.live.ladder import Health, LadderState, degradation, step
+from fusion_ray.live.protocol import (
+    HEADER_SIZE,
+    UNKNOWN_SEQ,
+    DropReason,
+    StartMessage,
+    dropped_event,
+    error_event,
+    pack_frame,
+    stats_event,
+    unpack_frame,
+)
+from fusion_ray.live.scheduler import FairScheduler
+from fusion_ray.live.stats import RateLimiter, StreamCounters
+from fusion_ray.live.transport import Transport, TransportClosed
+from fusion_ray.types import Frame
+
+log = logging.getLogger(__name__)
+
+Outcome = Callable[[str, float | None], None]
+"""Called once per frame with its outcome ("delivered" or a drop reason) and latency (s)."""
+
+FLUSH_S = 1.0
+ENDINGS = {"idle_timeout": "no frame within the idle timeout",
+           "session_limit": "the stream reached the session length limit"}
+
+
+class _BadFrame(Exception):
+    pass
+
+
+def encode_jpeg(frame: Frame, quality: int, comment: str | None = None) -> bytes:
+    ok, buffer = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
+    if not ok:
+        raise RuntimeError("JPEG encoding failed")
+    data = buffer.tobytes()
+    return add_jpeg_comment(data, comment) if comment else data
+
+
+@dataclass(frozen=True)
+class StreamSummary:
+    stream_id: str
+    reason: str
+    frames_in: int
+    frames_out: int
+    dropped: dict[str, int]
+
+
+class Stream:
+    """The state and tasks of one stream (see the module docstring)."""
+
+    def __init__(self, stream_id: str, start: StartMessage, processor: FrameProcessor, transport: Transport,
+                 cfg: LiveConfig, scheduler: FairScheduler, *, on_outcome: Outcome | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.id = stream_id
+        self.start = start
+        self.processor = processor
+        self.transport = transport
+        self.cfg = cfg
+        self.scheduler = scheduler
+        self.on_outcome = on_outcome
+        self.clock = clock
+        self.deadline_ms = start.deadline_ms if start.deadline_ms is not None else cfg.deadline_ms
+        self.counters = StreamCounters(window=cfg.latency_window)
+        self.ladder = LadderState()
+        self.queue: LatestQueue[PendingFrame] = LatestQueue(cfg.queue_depth)
+        self.outbox = Outbox(cfg.send_queue, cfg.max_events)
+        now = clock()
+        self.started = self.last_frame_at = now
+        self.rate = RateLimiter(cfg.max_fps, cfg.burst_frames, now)
+        self.last_queued_seq = self.last_sent_seq = -1
+        self.last_landmarks: np.ndarray | None = None
+        self._landmarks_shape: tuple[int, ...] | None = None
+        self._since_detect = 0
+        self._inflight = asyncio.Semaphore(cfg.stream_inflight)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._last_out = 0
+        stand_ins = processor.stand_in_models
+        self._comment = (f"fusion_ray: made with STAND-IN models ({', '.join(stand_ins)}), not a real face swap"
+                         if stand_ins else None)
+
+    @property
+    def level(self) -> int:
+        return self.ladder.level
+
+    # ------------------------------------------------------------ outcomes
+    def drop(self, seq: int, reason: DropReason) -> None:
+        self.counters.drop(reason)
+        self.outbox.put_event(dropped_event(seq, reason))
+        if self.on_outcome is not None:
+            self.on_outcome(reason, None)
+
+    def _delivered(self, latency_s: float) -> None:
+        self.counters.delivered(latency_s * 1000.0)
+        if self.on_outcome is not None:
+            self.on_outcome("delivered", latency_s)
+
+    # ------------------------------------------------------------ receive
+    def on_message(self, message: str | bytes) -> bool:
+        """Handle one client message; False when the client asked to stop."""
+        if isinstance(message, str):
+            return not is_stop(message)
+        now = self.clock()
+        self.last_frame_at = now
+        self.counters.received()
+        if len(message) < HEADER_SIZE:
+            self.drop(UNKNOWN_SEQ, "bad_frame")
+            return True
+        seq, client_ts, data = unpack_frame(message)
+        if not self.rate.allow(now):
+            self.drop(seq, "overload")
+            return True
+        if len(data) > self.cfg.max_frame_bytes:
+            self.drop(seq, "too_large")
+            return True
+        try:
+            check_image_header(data, f"frame {seq}", self.cfg.max_frame_pixels)
+        except ImageTooLargeError:
+            self.drop(seq, "too_large")
+            return True
+        except InputError:
+            self.drop(seq, "bad_frame")
+            return True
+        item = PendingFrame(seq, client_ts, data, now, now + self.deadline_ms / 1000.0)
+        for replaced in self.queue.put(item):
+            self.drop(replaced.seq, "stale")
+        return True
+
+    async def _receive_loop(self) -> str:
+        try:
+            while self.on_message(await self.transport.receive()):
+                pass
+        except TransportClosed:
+            return "disconnected"
+        return "client_stop"
+
+    # ------------------------------------------------------------ dispatch
+    def plan(self, seq: int) -> tuple[FramePlan, int]:
+        """The frame plan and JPEG quality of the next frame at the current level."""
+        deg = degradation(self.level, self.cfg.ladder)
+        landmarks = None
+        reusable = self.last_landmarks is not None and len(self.last_landmarks) > 0
+        if deg.detect_every > 1 and reusable and self._since_detect < deg.detect_every - 1:
+            landmarks = self.last_landmarks
+            self._since_detect += 1
+        else:
+            self._since_detect = 0
+        quality = min(self.start.quality, deg.quality_cap or 100)
+        plan = FramePlan(seq, self.level, self.start.enhance and deg.enhance, landmarks, deg.detector_size)
+        return plan, quality
+
+    async def _dispatch_loop(self) -> None:
+        while True:
+            await self.queue.wait()
+            await self._inflight.acquire()
+            try:
+                await self.scheduler.acquire(self.id)
+            except BaseException:
+                self._inflight.release()
+                raise
+            item = self.queue.pop()
+            if item is None or self.clock() >= item.deadline:
+                self._release(None)
+                if item is not None:
+                    self.drop(item.seq, "deadline")
+                continue
+            plan, quality = self.plan(item.seq)
+            task = asyncio.create_task(self._process(item, plan, quality))
+            self._tasks.add(task)
+            task.add_done_callback(self._release)
+
+    def _release(self, task: asyncio.Task[None] | None) -> None:
+        if task is not None:
+            self._tasks.discard(task)
+        self.scheduler.release()
+        self._inflight.release()
+
+    # ------------------------------------------------------------ process
+    async def _process(self, item: PendingFrame, plan: FramePlan, quality: int) -> None:
+        timeout = max(0.0, item.deadline - self.clock()) + self.cfg.work_timeout_s
+        try:
+            message = await asyncio.wait_for(self._work(item, plan, quality), timeout)
+        except asyncio.TimeoutError:
+            self.drop(item.seq, "deadline")
+            return
+        except _BadFrame:
+            self.drop(item.seq, "bad_frame")
+            return
+        except Exception:  # a stage failed: drop the frame, never send it unprocessed
+            log.exception("stream %s: processing frame %d failed", self.id, item.seq)
+            self.drop(item.seq, "overload")
+            return
+        if self.clock() > item.deadline:
+            self.drop(item.seq, "deadline")
+        elif item.seq <= self.last_queued_seq:
+            self.drop(item.seq, "stale")
+        elif not self.outbox.put_result(OutResult(item.seq, message, item.arrived, item.deadline)):
+            self.drop(item.seq, "overload")
+        else:
+            self.last_queued_seq = item.seq
+
+    async def _work(self, item: PendingFrame, plan: FramePlan, quality: int) -> bytes:
+        try:
+            loaded = await asyncio.to_thread(decode_image, item.data, f"frame {item.seq}", self.cfg.max_frame_pixels)
+        except InputError as exc:
+            raise _BadFrame(str(exc)) from exc
+        frame = loaded.frame
+        if plan.landmarks is not None and frame.shape != self._landmarks_shape:
+            plan = replace(plan, landmarks=None)
+        processed = await self.processor.process(frame, plan)
+        if plan.landmarks is None:
+            self.last_landmarks = processed.landmarks
+            self._landmarks_shape = frame.shape
+        jpeg = await asyncio.to_thread(encode_jpeg, processed.frame, quality, self._comment)
+        return pack_frame(item.seq, item.client_ts_ms, jpeg)
+
+    # ------------------------------------------------------------ send
+    async def _send_loop(self) -> str:
+        try:
+            while True:
+                item = await self.outbox.get()
+                if isinstance(item, str):
+                    await self.transport.send_text(item)
+                    continue
+                now = self.clock()
+                if now > item.deadline:
+                    self.drop(item.seq, "deadline")
+                elif item.seq <= self.last_sent_seq:
+                    self.drop(item.seq, "stale")
+                else:
+                    self.last_sent_seq = item.seq
+                    await self.transport.send_bytes(item.message)
+                    self._delivered(now - item.arrived)
+        except TransportClosed:
+            return "disconnected"
+
+    # ------------------------------------------------------------ tick
+    def stats_text(self, interval_s: float) -> str:
+        p50, p99 = self.counters.p50_p99()
+        fps = (self.counters.frames_out - self._last_out) / interval_s
+        self._last_out = self.counters.frames_out
+        return stats_event(self.counters.frames_in, self.counters.frames_out, self.counters.dropped,
+                           _round(p50), _round(p99), self.level, LEVEL_NAMES[self.level],
+                           fps_out=round(fps, 2), events_lost=self.outbox.events_lost)
+
+    def tick(self, interval_s: float) -> str | None:
+        """One ladder step and a stats event; the reason to end the stream, if any."""
+        frames_in, drops, p99 = self.counters.take_window()
+        before = self.level
+        self.ladder = step(self.ladder, Health(interval_s, frames_in, drops, p99), self.deadline_ms,
+                           self.cfg.ladder)
+        if self.level != before:
+            log.info("stream %s: degradation level %d -> %d", self.id, before, self.level)
+        self.outbox.put_event(self.stats_text(interval_s))
+        now = self.clock()
+        if now - self.last_frame_at > self.cfg.idle_timeout_s:
+            return "idle_timeout"
+        if now - self.started > self.cfg.max_session_s:
+            return "session_limit"
+        return None
+
+    async def _tick_loop(self) -> str:
+        interval = self.cfg.stats_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            reason = self.tick(interval)
+            if reason is not None:
+                return reason
+
+    # ------------------------------------------------------------ run
+    async def run(self) -> StreamSummary:
+        """Run until the client leaves or stops, or a limit ends the stream; frees everything."""
+        sender = asyncio.create_task(self._send_loop())
+        ending = [asyncio.create_task(self._receive_loop()), sender, asyncio.create_task(self._tick_loop())]
+        dispatcher = asyncio.create_task(self._dispatch_loop())
+        try:
+            done, _ = await asyncio.wait(ending, return_when=asyncio.FIRST_COMPLETED)
+            reason = next(iter(done)).result()
+            await _cancel([dispatcher, *self._tasks])
+            self.queue.clear()
+            if reason != "disconnected":
+                if reason in ENDINGS:
+                    self.outbox.put_event(error_event(reason, ENDINGS[reason]))
+                await self._flush(sender)
+                await self.transport.close(1000, reason)
+        finally:
+            await _cancel([dispatcher, *self._tasks, *ending])
+        return StreamSummary(self.id, reason, self.counters.frames_in, self.counters.frames_out,
+                             dict(self.counters.dropped))
+
+    async def _flush(self, sender: asyncio.Task[str]) -> None:
+        deadline = self.clock() + FLUSH_S
+        while len(self.outbox) and not sender.done() and self.clock() < deadline:
+            await asyncio.sleep(0.01)
+
+
+def is_stop(text: str) -> bool:
+    """Whether a client text message is ``{"type": "stop"}`` (other text is ignored)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("type") == "stop"
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+async def _cancel(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,84 @@
+"""The degradation ladder: a table of windows and the levels they lead to (hysteresis)."""
+
+import pytest
+
+from fusion_ray.live.config import LadderConfig
+from fusion_ray.live.ladder import Health, LadderState, degradation, step, verdict
+
+CFG = LadderConfig(degrade_after_s=2.0, recover_after_s=4.0)
+DEADLINE = 300.0
+BAD = Health(1.0, 30, 15, 100.0)      # half the frames dropped
+SLOW = Health(1.0, 30, 0, 290.0)      # p99 near the deadline
+GOOD = Health(1.0, 30, 0, 50.0)
+MIDDLE = Health(1.0, 30, 3, 50.0)     # 10% drops: neither healthy nor unhealthy
+IDLE = Health(1.0, 0, 0, None)
+
+
+@pytest.mark.parametrize(("health", "expected"), [
+    (BAD, "unhealthy"), (SLOW, "unhealthy"), (GOOD, "healthy"), (MIDDLE, "neutral"), (IDLE, "idle"),
+    (Health(1.0, 30, 0, 200.0), "neutral"),  # latency between recover (150) and degrade (240)
+])
+def test_verdict(health, expected):
+    assert verdict(health, DEADLINE, CFG) == expected
+
+
+def run(windows, cfg=CFG, state=None):
+    state = state or LadderState()
+    levels = []
+    for health in windows:
+        state = step(state, health, DEADLINE, cfg)
+        levels.append(state.level)
+    return levels
+
+
+@pytest.mark.parametrize(("windows", "levels"), [
+    # Two unhealthy seconds step down one level; two more, one more.
+    ([BAD, BAD, BAD, BAD], [0, 1, 1, 2]),
+    ([SLOW, SLOW], [0, 1]),
+    # One bad second alone does nothing; a neutral window resets the count.
+    ([BAD, MIDDLE, BAD, GOOD, BAD], [0, 0, 0, 0, 0]),
+    # Idle windows neither count nor reset.
+    ([BAD, IDLE, BAD], [0, 0, 1]),
+    # Never past the last level.
+    ([BAD] * 12, [0, 1, 1, 2, 2, 3, 3, 4, 4, 4, 4, 4]),
+])
+def test_stepping_down(windows, levels):
+    assert run(windows) == levels
+
+
+def test_stepping_up_needs_a_longer_healthy_window():
+    state = LadderState(level=3)
+    assert run([GOOD, GOOD, GOOD, GOOD, GOOD, GOOD, GOOD, GOOD], state=state) == [3, 3, 3, 2, 2, 2, 2, 1]
+    # A neutral window in between restarts the healthy count.
+    assert run([GOOD, GOOD, GOOD, MIDDLE, GOOD, GOOD, GOOD, GOOD], state=state) == [3, 3, 3, 3, 3, 3, 3, 2]
+    assert run([GOOD] * 4, state=LadderState(level=0)) == [0, 0, 0, 0]
+
+
+def test_hysteresis_no_flapping_around_one_threshold():
+    # Alternating bad/good seconds never move the level in either direction.
+    assert run([BAD, GOOD] * 6, state=LadderState(level=2)) == [2] * 12
+
+
+def test_only_allowed_levels_are_used():
+    cfg = LadderConfig(allowed_levels=(0, 2, 4), degrade_after_s=1.0, recover_after_s=1.0)
+    assert run([BAD, BAD, BAD], cfg) == [2, 4, 4]
+    assert run([GOOD, GOOD, GOOD], cfg, LadderState(level=4)) == [2, 0, 0]
+    assert run([BAD] * 3, LadderConfig(allowed_levels=(0,), degrade_after_s=1.0)) == [0, 0, 0]
+
+
+def test_degradations_are_cumulative_and_skip_disallowed_levels():
+    assert degradation(0, CFG) == degradation(0, CFG).__class__(True, 1, None, None)
+    assert degradation(1, CFG).enhance is False and degradation(1, CFG).detect_every == 1
+    level2 = degradation(2, CFG)
+    assert (level2.enhance, level2.detect_every, level2.detector_size) == (False, CFG.detect_every, None)
+    assert degradation(3, CFG).detector_size == CFG.small_detector_size
+    assert degradation(4, CFG).quality_cap == CFG.low_quality
+    skip = LadderConfig(allowed_levels=(0, 3))
+    assert degradation(3, skip) == degradation(0, skip).__class__(True, 1, skip.small_detector_size, None)
+
+
+@pytest.mark.parametrize("bad", [{"allowed_levels": (1, 2)}, {"allowed_levels": (0, 5)}, {"allowed_levels": (0, 2, 1)},
+                                 {"recover_drop_rate": 0.5, "degrade_drop_rate": 0.2}, {"small_detector_size": 300}])
+def test_ladder_config_validation(bad):
+    with pytest.raises(ValueError):
+        LadderConfig(**bad)
