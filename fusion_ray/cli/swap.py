@@ -47,14 +47,18 @@ def _inputs(args: argparse.Namespace, cfg: EngineConfig) -> list[tuple[str, Path
 
 def _check_video_swap(args: argparse.Namespace) -> VideoInfo:
     """What can be refused on the driver, before Ray starts: the output, then the video's probe."""
-    from fusion_ray.video.encode import check_video_output
+    from fusion_ray.pipeline.config import load_job_config
+    from fusion_ray.video.encode import check_encodable, check_video_output
     from fusion_ray.video.probe import probe
 
     check_video_output(args.output)
     if args.output.exists() and not args.force:
         raise OutputExistsError(f"output exists: {args.output} (use --force to overwrite)")
     check_writable_dir(args.output.parent)
-    return probe(args.target)  # an empty, corrupt or unreadable video is refused here
+    info = probe(args.target)  # an empty, corrupt or unreadable video is refused here
+    encode_options = load_job_config(args.pipeline_config).pipeline.encode_options
+    check_encodable(info.width, info.height, encode_options)  # e.g. odd sizes as yuv420p
+    return info
 
 
 def _check_images(paths: list[Path]) -> None:

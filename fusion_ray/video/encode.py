@@ -48,6 +48,9 @@ def check_video_output(path: str | Path) -> None:
         raise VideoError(f"video outputs must end in .mp4, .m4v or .mov, got {path}")
 
 
+AUTO_PIX_FMT = "auto"
+
+
 class EncodeOptions(BaseModel):
     """How segments are encoded. Every segment of one video must use the same options."""
 
@@ -58,7 +61,9 @@ class EncodeOptions(BaseModel):
                      description="Constant quality (x264 CRF; NVENC CQ).")
     preset: str = Field(default="veryfast",
                         description="x264 preset; mapped to p1..p7 for NVENC.")
-    pix_fmt: str = Field(default="yuv420p", description="Encoded pixel format.")
+    pix_fmt: str = Field(
+        default=AUTO_PIX_FMT, description="Encoded pixel format; auto: yuv420p, or yuv444p when the "
+                                          "width or height is odd (4:2:0 H.264 has no odd sizes).")
     hardware: bool = Field(
         default=False, description="Use h264_nvenc when available and it opens; else fall back "
                            "to `codec` with a logged note.")
@@ -98,6 +103,42 @@ def resolve_codec(options: EncodeOptions) -> tuple[str, dict[str, str]]:
     return options.codec, {}
 
 
+def encoder_pix_fmt(options: EncodeOptions, width: int, height: int) -> str:
+    """The pixel format frames of this size are encoded in.
+
+    ``auto`` keeps the widely playable yuv420p for even sizes. H.264 stores 4:2:0 frames in
+    2x2 chroma blocks and crops in steps of 2, so an odd width or height cannot be 4:2:0:
+    such frames are encoded 4:4:4 (yuv444p, High 4:4:4 profile) at their exact size.
+    """
+    if options.pix_fmt != AUTO_PIX_FMT:
+        return options.pix_fmt
+    return "yuv420p" if width % 2 == 0 and height % 2 == 0 else "yuv444p"
+
+
+def check_encodable(width: int, height: int, options: EncodeOptions | None = None) -> str:
+    """Open the encoder for this frame size (no file is written); returns the pixel format.
+
+    Raises VideoError when the encoder refuses the size or pixel format: call it on a video's
+    probe before any work, so that the failure is not found by a worker after decoding.
+    """
+    options = options or EncodeOptions()
+    pix_fmt = encoder_pix_fmt(options, width, height)
+    codec, codec_options = resolve_codec(options)
+    try:
+        ctx: Any = av.CodecContext.create(codec, "w")
+        ctx.width, ctx.height = width, height
+        ctx.pix_fmt = pix_fmt
+        ctx.time_base = Fraction(1, 25)
+        ctx.options = codec_options
+        ctx.open()
+    except (av.FFmpegError, ValueError, TypeError) as exc:
+        odd = width % 2 or height % 2
+        hint = ("; 4:2:0 needs an even width and height: use pix_fmt auto or yuv444p"
+                if odd and pix_fmt.startswith(("yuv420", "nv12", "yuvj420")) else "")
+        raise VideoError(f"cannot encode {width}x{height} frames as {pix_fmt} with {codec}: {exc}{hint}") from exc
+    return pix_fmt
+
+
 def _format_for(path: Path) -> str:
     return _FORMATS.get(path.suffix.lower(), "mp4")
 
@@ -130,7 +171,7 @@ def encode_segment(
             stream: Any = out.add_stream(codec, rate=fps, options=codec_options)
             stream.width = width
             stream.height = height
-            stream.pix_fmt = options.pix_fmt
+            stream.pix_fmt = encoder_pix_fmt(options, width, height)
             stream.time_base = 1 / fps
             if options.threads:
                 stream.codec_context.thread_count = options.threads

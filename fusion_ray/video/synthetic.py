@@ -60,8 +60,8 @@ def _fit_face(face: np.ndarray, size_wh: tuple[int, int]) -> np.ndarray:
     width, height = size_wh
     fh, fw = face.shape[:2]
     scale = min(0.6 * height / fh, 0.45 * width / fw)
-    new_w = max(2, int(round(fw * scale)))
-    new_h = max(2, int(round(fh * scale)))
+    new_w = min(width, max(1, int(round(fw * scale))))
+    new_h = min(height, max(1, int(round(fh * scale))))
     return cv2.resize(face, (new_w, new_h), interpolation=cv2.INTER_AREA)
 
 
@@ -108,7 +108,7 @@ def make_test_video(
         face_image: BGR uint8 face photo; None draws a cartoon face.
         n_frames: number of video frames.
         fps: exact frame rate (a Fraction; 30000/1001 by default).
-        size_wh: frame size (even numbers, for yuv420p).
+        size_wh: frame size; even sizes are yuv420p, odd ones yuv444p (4:2:0 needs even sizes).
         audio: add a 440 Hz AAC tone lasting exactly n_frames / fps seconds.
         no_face_frames: frame indices that show the background only.
         gop: keyframe interval in frames; None means about one second (round(fps)).
@@ -122,8 +122,8 @@ def make_test_video(
     width, height = size_wh
     if n_frames <= 0:
         raise ValueError(f"n_frames must be positive, got {n_frames}")
-    if width % 2 or height % 2:
-        raise ValueError(f"size_wh must be even for yuv420p, got {size_wh}")
+    if width <= 0 or height <= 0:
+        raise ValueError(f"size_wh must be positive, got {size_wh}")
     gop = gop if gop is not None else max(1, round(fps))
     rng = np.random.default_rng(seed)
     background = _background(size_wh, rng)
@@ -144,7 +144,7 @@ def make_test_video(
             )
             vstream.width = width
             vstream.height = height
-            vstream.pix_fmt = "yuv420p"
+            vstream.pix_fmt = "yuv420p" if width % 2 == 0 and height % 2 == 0 else "yuv444p"
             vstream.time_base = 1 / fps
             vstream.codec_context.thread_count = 2
             astream = None
@@ -187,6 +187,56 @@ def _tone(start: int, count: int) -> av.AudioFrame:
     frame.pts = start
     frame.time_base = Fraction(1, AUDIO_SAMPLE_RATE)
     return frame
+
+
+def _remux(source: Path, path: Path, *, options: dict[str, str] | None = None, video_shift: int = 0) -> None:
+    """Copy every packet of ``source`` into ``path``; video timestamps moved by ``video_shift``."""
+    try:
+        with av.open(str(source)) as src, av.open(str(path), mode="w", options=options or {}) as out:
+            streams = {s.index: out.add_stream_from_template(s) for s in src.streams}
+            for packet in src.demux():
+                if packet.dts is None:
+                    continue  # the demuxer's flush packet
+                if packet.stream.type == "video" and video_shift and packet.pts is not None:
+                    packet.pts -= video_shift
+                    packet.dts -= video_shift
+                packet.stream = streams[packet.stream.index]
+                out.mux(packet)
+    except (av.FFmpegError, OSError) as exc:
+        raise VideoError(f"cannot write test video {path}: {exc}") from exc
+
+
+def make_truncated_video(path: str | Path, *, keep: float = 0.4, **clip: object) -> Path:
+    """A faststart MP4 (the sample table before the data) cut to its first ``keep`` of bytes.
+
+    Its container still declares every frame of the clip that ``make_test_video(**clip)``
+    writes; only the frames in the bytes kept are present. Like a download that stopped.
+    """
+    path = Path(path)
+    full = path.with_name(path.stem + ".full.mp4")
+    make_test_video(full, **clip)  # type: ignore[arg-type]
+    _remux(full, path, options={"movflags": "faststart"})
+    full.unlink()
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+    return path
+
+
+def make_edit_list_video(path: str | Path, *, hidden: int, **clip: object) -> Path:
+    """An MP4 whose edit list hides its first ``hidden`` frames (as a ``-c copy`` trim does):
+    the container counts every frame, the decoder shows all but the hidden ones."""
+    path = Path(path)
+    full = path.with_name(path.stem + ".full.mp4")
+    make_test_video(full, **clip)  # type: ignore[arg-type]
+    with av.open(str(full)) as src:
+        stream = src.streams.video[0]
+        rate, time_base = stream.average_rate, stream.time_base
+        if rate is None or time_base is None:
+            raise VideoError(f"cannot write test video {path}: {full} has no frame rate")
+        frame_ticks = round(1 / (Fraction(rate) * Fraction(time_base)))
+    _remux(full, path, video_shift=hidden * frame_ticks)
+    full.unlink()
+    return path
 
 
 def make_corrupt_video(path: str | Path, *, seed: int = 0) -> Path:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from fusion_ray.cli import main
-from fusion_ray.video import make_corrupt_video, make_test_video
+from fusion_ray.imageio import read_image
+from fusion_ray.video import make_corrupt_video, make_test_video, probe
 
 
 @pytest.mark.parametrize("name", ["out.mkv", "out.webm", "out.avi", "out.png"])
@@ -73,3 +74,34 @@ def test_a_bad_video_is_refused_before_ray_starts(kind, tmp_path, images_dir):
     assert proc.stdout.split() == ["2", "False"], proc.stderr  # exit 2, and Ray never started
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: cannot open video {clip}: "), proc.stderr
+
+
+def test_a_frame_size_the_encoder_refuses_is_an_error_before_ray(tmp_path, images_dir):
+    clip = make_test_video(tmp_path / "odd.mp4", face_image=None, n_frames=3, fps=Fraction(25), size_wh=(641, 361),
+                           audio=False)
+    config = tmp_path / "pipeline.yaml"
+    config.write_text("pipeline:\n  encode_options:\n    pix_fmt: yuv420p\n")
+    proc = subprocess.run([sys.executable, "-c", RAY_STARTED, "swap", "-s", str(images_dir / "obama.jpg"),
+                           "-t", str(clip), "-o", str(tmp_path / "out.mp4"), "--pipeline-config", str(config),
+                           "--providers", "cpu"], capture_output=True, text=True, timeout=300)
+    assert proc.stdout.split() == ["2", "False"], proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot encode 641x361 frames as yuv420p with libx264"), lines
+    assert lines[0].endswith("4:2:0 needs an even width and height: use pix_fmt auto or yuv444p")
+
+
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_cluster")
+def test_an_odd_sized_video_swaps_end_to_end(tmp_path, images_dir, standin_dir, scrfd_path, capsys):
+    obama = read_image(images_dir / "obama.jpg").frame
+    clip = make_test_video(tmp_path / "odd.mp4", face_image=obama, n_frames=12, fps=Fraction(25),
+                           size_wh=(641, 361), gop=6)
+    out = tmp_path / "out.mp4"
+    code = main(["swap", "-s", str(images_dir / "biden.jpg"), "-t", str(clip), "-o", str(out),
+                 "--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu",
+                 "--no-progress-bars"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    info = probe(out)
+    assert (info.width, info.height, info.frame_count, info.pix_fmt) == (641, 361, 12, "yuv444p")
+    assert info.has_audio
