@@ -1,0 +1,259 @@
+"""The real-time rules of one stream: drops, deadlines, order, limits, stats, the ladder."""
+
+import asyncio
+
+import cv2
+import numpy as np
+import pytest
+
+from fusion_ray.live.config import LadderConfig, LiveConfig
+from fusion_ray.live.hub import LiveHub
+from fusion_ray.live.protocol import unpack_frame
+
+from .helpers import MemoryTransport, ScriptedBackend, ScriptedProcessor, frame_message, jpeg
+
+START = '{"source_id": "src"}'
+
+
+def run_stream(cfg: LiveConfig, processor: ScriptedProcessor, script, *, start: str = START,
+               transport: MemoryTransport | None = None, **backend_kw):
+    """Serve one connection on a hub while ``script(transport)`` plays the client; returns both."""
+
+    async def scenario():
+        conn = transport or MemoryTransport()
+        hub = LiveHub(cfg, ScriptedBackend(processor, **backend_kw))
+        serving = asyncio.create_task(hub.serve(conn))
+        conn.send(start)
+        await script(conn)
+        conn.disconnect()
+        summary = await asyncio.wait_for(serving, 5)
+        assert hub.active_streams == 0 and hub.scheduler.free == cfg.slots
+        return conn, summary, hub
+
+    return asyncio.run(scenario())
+
+
+def test_ready_then_a_processed_frame_with_its_header_echoed():
+    async def script(conn):
+        conn.send(frame_message(5))
+        await asyncio.sleep(0.2)
+
+    conn, summary, _ = run_stream(LiveConfig(), ScriptedProcessor(), script)
+    assert conn.texts[0]["type"] == "ready" and conn.texts[0]["deadline_ms"] == 300
+    seq, ts, image = unpack_frame(conn.results[0])
+    assert (seq, ts) == (5, 5.0)
+    out = cv2.imdecode(np.frombuffer(image, np.uint8), cv2.IMREAD_COLOR)
+    assert abs(int(out.mean()) - 155) <= 3  # the processed (inverted) frame, not the input
+    assert summary.frames_in == 1 and summary.frames_out == 1
+
+
+def test_latest_frame_wins_and_replaced_frames_are_stale():
+    async def script(conn):
+        for seq in range(5):
+            conn.send(frame_message(seq))
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.5)
+
+    processor = ScriptedProcessor(delay=lambda seq: 0.15)
+    conn, summary, _ = run_stream(LiveConfig(), processor, script)
+    assert conn.result_seqs() == [0, 4]
+    assert conn.dropped("stale") == [1, 2, 3]
+    assert [p.seq for p in processor.plans] == [0, 4]  # stale frames were never processed
+
+
+def test_a_late_frame_is_dropped_never_sent():
+    async def script(conn):
+        conn.send(frame_message(0))
+        await asyncio.sleep(0.4)
+        conn.send(frame_message(1))
+        await asyncio.sleep(0.3)
+
+    processor = ScriptedProcessor(delay=lambda seq: 0.2 if seq == 0 else 0.0)
+    conn, _, _ = run_stream(LiveConfig(deadline_ms=100), processor, script)
+    assert conn.dropped("deadline") == [0]
+    assert conn.result_seqs() == [1]
+
+
+def test_a_failed_frame_is_dropped_not_sent_unprocessed():
+    async def script(conn):
+        conn.send(frame_message(0))
+        await asyncio.sleep(0.1)
+        conn.send(frame_message(1))
+        await asyncio.sleep(0.1)
+
+    conn, _, _ = run_stream(LiveConfig(), ScriptedProcessor(fail={0}), script)
+    assert conn.dropped("overload") == [0]
+    assert conn.result_seqs() == [1]
+
+
+def test_results_only_ever_increase():
+    async def script(conn):
+        conn.send(frame_message(0))
+        await asyncio.sleep(0.02)
+        conn.send(frame_message(1))
+        await asyncio.sleep(0.4)
+
+    processor = ScriptedProcessor(delay=lambda seq: 0.2 if seq == 0 else 0.01)
+    conn, _, _ = run_stream(LiveConfig(stream_inflight=2), processor, script)
+    assert conn.result_seqs() == [1]
+    assert conn.dropped("stale") == [0]
+
+
+def test_bad_and_oversized_frames_are_dropped_and_the_stream_goes_on():
+    big = jpeg(200, 100)
+
+    async def script(conn):
+        conn.send(b"\x00\x01")                       # shorter than the header
+        conn.send(frame_message(1, b"not an image"))
+        conn.send(frame_message(2, b"\xff\xd8\xff\xe0" + b"\x00" * 40))  # JPEG magic, broken header
+        conn.send(frame_message(3, big))             # 20000 pixels > 10000
+        conn.send(frame_message(4, b"\xff" * 5000))  # over the byte limit
+        await asyncio.sleep(0.05)
+        conn.send(frame_message(5))
+        await asyncio.sleep(0.2)
+
+    conn, summary, _ = run_stream(LiveConfig(max_frame_pixels=10_000, max_frame_bytes=4096), ScriptedProcessor(),
+                                  script)
+    assert conn.dropped("bad_frame") == [-1, 1, 2]
+    assert conn.dropped("too_large") == [3, 4]
+    assert conn.result_seqs() == [5]
+    assert summary.frames_in == 6
+
+
+def test_frames_above_the_rate_limit_are_overload():
+    async def script(conn):
+        for seq in range(10):
+            conn.send(frame_message(seq))
+        await asyncio.sleep(0.3)
+
+    conn, _, _ = run_stream(LiveConfig(max_fps=1.0, burst_frames=2), ScriptedProcessor(delay=lambda s: 0.01), script)
+    assert conn.dropped("overload") == list(range(2, 10))
+
+
+def test_a_slow_client_never_blocks_the_stream():
+    async def script(conn):
+        for seq in range(30):
+            conn.send(frame_message(seq))
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.6)
+
+    cfg = LiveConfig(send_queue=1, deadline_ms=200)
+    conn, summary, _ = run_stream(cfg, ScriptedProcessor(), script, transport=MemoryTransport(send_delay_s=0.25))
+    assert summary.frames_in == 30  # every frame was received while the socket was stuck
+    lost = conn.dropped("overload") + conn.dropped("deadline") + conn.dropped("stale")
+    assert len(conn.results) <= 4 and len(lost) >= 20
+
+
+def test_idle_timeout_ends_the_stream_with_an_error_event():
+    async def script(conn):
+        conn.send(frame_message(0))
+        await asyncio.sleep(0.5)
+
+    cfg = LiveConfig(idle_timeout_s=0.15, stats_interval_s=0.05)
+    conn, summary, _ = run_stream(cfg, ScriptedProcessor(), script)
+    assert summary.reason == "idle_timeout"
+    assert conn.events("error")[-1]["code"] == "idle_timeout" and conn.closed == (1000, "idle_timeout")
+
+
+def test_stats_events_count_frames():
+    async def script(conn):
+        for seq in range(3):
+            conn.send(frame_message(seq))
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.15)
+
+    conn, _, _ = run_stream(LiveConfig(stats_interval_s=0.05), ScriptedProcessor(), script)
+    last = conn.events("stats")[-1]
+    assert (last["frames_in"], last["frames_out"], last["level"]) == (3, 3, 0)
+    assert last["latency_ms"]["p50"] is not None and sum(last["dropped"].values()) == 0
+
+
+def test_stop_message_closes_normally():
+    async def script(conn):
+        conn.send('{"type": "stop"}')
+        await asyncio.sleep(0.1)
+
+    conn, summary, _ = run_stream(LiveConfig(), ScriptedProcessor(), script)
+    assert summary.reason == "client_stop" and conn.closed == (1000, "client_stop")
+
+
+def test_the_ladder_degrades_a_stream_that_cannot_keep_up():
+    async def script(conn):
+        for seq in range(60):
+            conn.send(frame_message(seq))
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
+
+    ladder = LadderConfig(degrade_after_s=0.05, recover_after_s=10.0, detect_every=3)
+    cfg = LiveConfig(stats_interval_s=0.05, ladder=ladder)
+    processor = ScriptedProcessor(delay=lambda seq: 0.04)  # 25 fps against 100 fps: many stale drops
+    conn, _, _ = run_stream(cfg, processor, script, start='{"source_id": "src", "enhance": true}')
+    levels = [s["level"] for s in conn.events("stats")]
+    assert levels == sorted(levels) and levels[-1] >= 3
+    assert processor.plans[0].enhance is True and processor.plans[-1].enhance is False
+    level2 = [p for p in processor.plans if p.level >= 2]
+    assert any(p.landmarks is not None for p in level2) and any(p.landmarks is None for p in level2)
+    assert any(p.detector_size == ladder.small_detector_size for p in processor.plans if p.level >= 3)
+
+
+@pytest.mark.parametrize(("start", "close_code", "code"), [
+    ("nope", 1003, "malformed_start"),
+    ('{"source_id": "src", "quality": 500}', 1003, "malformed_start"),
+    ('{"source_id": "src", "token": "t", "deadline_ms": 10000}', 1003, "malformed_start"),
+    ('{"source_id": "src"}', 1008, "unauthorized"),
+    ('{"source_id": "src", "token": "wrong"}', 1008, "unauthorized"),
+    ('{"source_id": "other", "token": "t"}', 1008, "unknown_source"),
+])
+def test_refusals(start, close_code, code):
+    async def script(conn):
+        await asyncio.sleep(0.05)
+
+    conn, summary, hub = run_stream(LiveConfig(), ScriptedProcessor(), script, start=start, token="t")
+    assert conn.texts == [conn.texts[0]] and conn.texts[0]["type"] == "error" and conn.texts[0]["code"] == code
+    assert conn.closed is not None and conn.closed[0] == close_code and hub.refusals == {code: 1}
+
+
+def test_too_many_streams_is_1013_and_a_freed_slot_admits_again():
+    async def scenario():
+        hub = LiveHub(LiveConfig(max_streams=1), ScriptedBackend(ScriptedProcessor()))
+        first, second, third = MemoryTransport(), MemoryTransport(), MemoryTransport()
+        serving = asyncio.create_task(hub.serve(first))
+        first.send(START)
+        await asyncio.sleep(0.05)
+        second.send(START)
+        await asyncio.wait_for(hub.serve(second), 2)
+        first.disconnect()
+        await asyncio.wait_for(serving, 2)
+        third.send(START)
+        third_serving = asyncio.create_task(hub.serve(third))
+        await asyncio.sleep(0.05)
+        third.disconnect()
+        await asyncio.wait_for(third_serving, 2)
+        return second, third
+
+    second, third = asyncio.run(scenario())
+    assert second.closed == (1013, "too_many_streams") and second.texts[0]["code"] == "too_many_streams"
+    assert third.texts[0]["type"] == "ready"
+
+
+def test_two_streams_share_one_slot_fairly():
+    async def scenario():
+        cfg = LiveConfig(slots=1)
+        hub = LiveHub(cfg, ScriptedBackend(ScriptedProcessor(delay=lambda s: 0.02)))
+        conns = [MemoryTransport(), MemoryTransport()]
+        tasks = [asyncio.create_task(hub.serve(c)) for c in conns]
+        for c in conns:
+            c.send(START)
+        for seq in range(40):
+            for c in conns:
+                c.send(frame_message(seq))
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        for c in conns:
+            c.disconnect()
+        await asyncio.gather(*tasks)
+        return conns
+
+    a, b = asyncio.run(scenario())
+    assert len(a.results) >= 8 and len(b.results) >= 8
+    assert abs(len(a.results) - len(b.results)) <= 2
