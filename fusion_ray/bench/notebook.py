@@ -1,55 +1,36 @@
-"""What the notebooks call, so that no logic lives in them.
+"""Plumbing for the notebooks: their parameters, the shared assets, the work folder, stand-ins.
 
-Parameters come from environment variables, so that CI can execute the notebooks at a tiny
-size (``tests/test_notebooks.py``) and a user can run them at full size unchanged:
+The notebooks call the public API themselves (``Engine``, ``swap_image_files``,
+``build_pipeline``, ``PipelineConfig``); this module only finds files and reads parameters,
+so that CI can execute them at a tiny size (``tests/test_notebooks.py``) and a user can run
+them at a larger size unchanged:
 
-=============================  ==============================================  =================
-variable                       meaning                                         default
-=============================  ==============================================  =================
-FUSION_RAY_NB_FRAMES           frames of the generated video                   120
-FUSION_RAY_NB_SIZE             its size, WxH                                   640x360
-FUSION_RAY_NB_STANDINS         stand-ins for absent models (serial/pipeline)   with a GPU:
-                                                                               cost_faithful;
-                                                                               on CPU: light
-                                                                               (about 1 s per
-                                                                               face otherwise)
-FUSION_RAY_NB_SWEEP_STANDINS   stand-ins for absent models in the sweep        cost_faithful
-FUSION_RAY_NB_SWEEP_BATCHES    batch sizes of the sweep                        1,2,4,8,16,32
-FUSION_RAY_NB_SWEEP_REPEATS    timed calls per batch size                      3
-FUSION_RAY_NB_SWEEP_CAPS       NAME=N,... largest batch per model              on CPU only:
-                                                                               inswapper_128=8,
-                                                                               gfpgan_1.4=8
-                                                                               ("none": no cap)
-FUSION_RAY_NB_SKIP_RAY         1: skip the Ray pipeline part (tests)           0
-FUSION_RAY_NB_WORK_DIR         where videos and generated models go            a temp directory
-FUSION_RAY_MODELS              models directory (real models found there       the user cache
-                               are used instead of stand-ins)
-FUSION_RAY_ASSETS              shared assets (photos, real SCRFD detector)     ../shared/assets
-=============================  ==============================================  =================
+===========================  ===========================================  ====================
+variable                     meaning                                      default
+===========================  ===========================================  ====================
+FUSION_RAY_NB_FRAMES         frames of the generated clip (02)            96
+FUSION_RAY_NB_SIZE           its size, WxH                                320x180
+FUSION_RAY_NB_STANDINS       stand-in variant: light or cost_faithful     light
+FUSION_RAY_NB_RAY_ADDRESS    join this Ray cluster instead of starting    (start a local one)
+                             a local one (the test suite passes its own)
+FUSION_RAY_NB_WORK_DIR       where the clip, outputs and stand-ins go     a temp directory
+FUSION_RAY_ASSETS            shared assets (photos, real SCRFD detector)  ../shared/assets
+===========================  ===========================================  ====================
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from fusion_ray.bench.models import Variant, prepare_models
-from fusion_ray.bench.report import BenchReport
-from fusion_ray.bench.runner import BenchOptions, run_bench, shared_assets_dir
-from fusion_ray.config import EngineConfig, ModelsConfig, RuntimeConfig, SwapConfig
-from fusion_ray.engine import Engine
+from fusion_ray.bench.runner import shared_assets_dir
 from fusion_ray.errors import InputError
-from fusion_ray.image import load_sources
-from fusion_ray.imageio import read_image
-from fusion_ray.models.session import cuda_device_count
-from fusion_ray.pipeline.config import PipelineConfig
+from fusion_ray.models.standins import build_all_standins
+from fusion_ray.models.store import write_hash_record
 
-HEAVY_CPU_CAPS = {"inswapper_128": 8, "gfpgan_1.4": 8}
+Variant = str
 
 
 def _env(name: str, default: str) -> str:
@@ -57,20 +38,11 @@ def _env(name: str, default: str) -> str:
     return value or default
 
 
-def _caps(text: str) -> dict[str, int]:
-    caps: dict[str, int] = {}
-    if text.lower() == "none":
-        return caps
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        name, _, size = item.partition("=")
-        caps[name.strip()] = int(size)
-    return caps
-
-
-def _variant(text: str) -> Variant:
-    if text not in ("light", "cost_faithful"):
-        raise InputError(f"stand-in variant must be light or cost_faithful, got {text!r}")
-    return "light" if text == "light" else "cost_faithful"
+def _size(text: str) -> tuple[int, int]:
+    width, sep, height = text.lower().partition("x")
+    if not sep or not width.isdigit() or not height.isdigit():
+        raise InputError(f"FUSION_RAY_NB_SIZE: expected WxH such as 320x180, got {text!r}")
+    return int(width), int(height)
 
 
 @dataclass(frozen=True)
@@ -80,130 +52,49 @@ class NotebookParams:
     frames: int
     size_wh: tuple[int, int]
     standins: Variant
-    sweep_standins: Variant
-    sweep_batches: tuple[int, ...]
-    sweep_repeats: int
-    sweep_caps: dict[str, int]
-    skip_ray: bool
+    ray_address: str | None
     work_dir: Path
-    assets: Path | None
-    models_dir: Path | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    assets: Path
+
+    def asset(self, name: str) -> Path:
+        """A file of the shared assets (``images/biden.jpg``, ``models/scrfd_2.5g.onnx``)."""
+        path = self.assets / name
+        if not path.is_file():
+            raise InputError(f"shared asset {name} not found under {self.assets} (set FUSION_RAY_ASSETS)")
+        return path
 
     def describe(self) -> str:
-        lines = [f"{key}: {value}" for key, value in self.__dict__.items() if key != "extra"]
-        return "\n".join(lines)
+        return "\n".join(f"{key}: {value}" for key, value in self.__dict__.items())
 
 
 def notebook_params() -> NotebookParams:
-    """Read the parameters from the environment (defaults: a full-size run)."""
-    width, _, height = _env("FUSION_RAY_NB_SIZE", "640x360").lower().partition("x")
-    gpu = cuda_device_count() > 0
-    default_caps = "" if gpu else ",".join(f"{k}={v}" for k, v in HEAVY_CPU_CAPS.items())
-    work = os.environ.get("FUSION_RAY_NB_WORK_DIR", "").strip()
-    models_dir = os.environ.get("FUSION_RAY_MODELS", "").strip()
+    """Read the parameters from the environment (defaults: a small run on a laptop CPU)."""
+    assets = shared_assets_dir()
+    if assets is None:
+        raise InputError("the shared assets were not found: set FUSION_RAY_ASSETS to the assets folder")
+    standins = _env("FUSION_RAY_NB_STANDINS", "light")
+    if standins not in ("light", "cost_faithful"):
+        raise InputError(f"FUSION_RAY_NB_STANDINS: expected light or cost_faithful, got {standins!r}")
+    work = _env("FUSION_RAY_NB_WORK_DIR", "")
+    work_dir = Path(work) if work else Path(tempfile.mkdtemp(prefix="fusion_ray_nb_"))
+    work_dir.mkdir(parents=True, exist_ok=True)
     return NotebookParams(
-        frames=int(_env("FUSION_RAY_NB_FRAMES", "120")),
-        size_wh=(int(width), int(height)),
-        standins=_variant(_env("FUSION_RAY_NB_STANDINS", "cost_faithful" if gpu else "light")),
-        sweep_standins=_variant(_env("FUSION_RAY_NB_SWEEP_STANDINS", "cost_faithful")),
-        sweep_batches=tuple(int(b) for b in _env("FUSION_RAY_NB_SWEEP_BATCHES", "1,2,4,8,16,32").split(",")),
-        sweep_repeats=int(_env("FUSION_RAY_NB_SWEEP_REPEATS", "3")),
-        sweep_caps=_caps(_env("FUSION_RAY_NB_SWEEP_CAPS", default_caps or "none")),
-        skip_ray=_env("FUSION_RAY_NB_SKIP_RAY", "0") not in ("0", "false", "no"),
-        work_dir=Path(work) if work else Path(tempfile.mkdtemp(prefix="fusion_ray_nb_")),
-        assets=shared_assets_dir(),
-        models_dir=Path(models_dir) if models_dir else None,
+        frames=int(_env("FUSION_RAY_NB_FRAMES", "96")),
+        size_wh=_size(_env("FUSION_RAY_NB_SIZE", "320x180")),
+        standins=standins,
+        ray_address=_env("FUSION_RAY_NB_RAY_ADDRESS", "") or None,
+        work_dir=work_dir,
+        assets=assets,
     )
 
 
-def _asset(params: NotebookParams, name: str) -> Path:
-    if params.assets is None or not (params.assets / name).is_file():
-        raise InputError(f"shared asset {name} not found (set FUSION_RAY_ASSETS to the assets folder)")
-    return params.assets / name
+def make_standins(directory: Path, variant: Variant = "light") -> dict[str, Path]:
+    """Generate the STAND-IN models (ArcFace, inswapper, GFPGAN interfaces; no real weights).
 
-
-def _engine_config(params: NotebookParams, swapper: str = "inswapper") -> EngineConfig:
-    return EngineConfig(models=ModelsConfig(models_dir=params.models_dir), runtime=RuntimeConfig(providers=None),
-                        swap=SwapConfig(swapper="classic" if swapper == "classic" else "inswapper"))
-
-
-# --------------------------------------------------------------------------- quickstart
-@dataclass
-class QuickstartResult:
-    """A swapped photo and what made it."""
-
-    source: np.ndarray
-    before: np.ndarray
-    after: np.ndarray
-    faces_detected: int
-    faces_swapped: int
-    swapper: str
-    stand_in_models: list[str]
-    model_files: dict[str, str]
-    timings_ms: dict[str, float]
-
-    @property
-    def label(self) -> str:
-        if self.stand_in_models:
-            return (f"made with STAND-IN models ({', '.join(self.stand_in_models)}): NOT a real face swap; "
-                    "the stand-ins only have the real models' interfaces")
-        if self.swapper == "classic":
-            return "real SCRFD detector + classic (landmark-aligned warp and blend) swapper: a real swap"
-        return "real models: a real swap"
-
-
-def quickstart_swap(params: NotebookParams, *, source: str = "images/biden.jpg", target: str = "images/obama.jpg",
-                    swapper: str = "classic") -> QuickstartResult:
-    """Swap the face of ``source`` into ``target`` (shared photos) with the real detector.
-
-    ``swapper="classic"`` needs no other model, so the result is a real swap; ``"inswapper"``
-    uses the real inswapper when it is in the models directory, else a labelled light stand-in.
+    Each file is labelled a stand-in in its metadata, and gets a hash record (as
+    ``fusion-ray models make-standins`` writes) so that the store loads it without a warning.
     """
-    source_path, target_path = _asset(params, source), _asset(params, target)
-    models = prepare_models(_engine_config(params, swapper), standins="light", work_dir=params.work_dir,
-                            batch_dynamic=False, detector_fallback=_asset(params, "models/scrfd_2.5g.onnx"))
-    engine = Engine.load(models.engine, cpu_budget=float(os.cpu_count() or 1))
-    identity = load_sources(engine, [source_path])
-    before = read_image(target_path).frame
-    result = engine.process_frame(before, identity)
-    return QuickstartResult(
-        source=read_image(source_path).frame, before=before, after=result.frame,
-        faces_detected=result.faces_detected, faces_swapped=result.faces_swapped, swapper=swapper,
-        stand_in_models=engine.stand_in_models,
-        model_files={name: info.path for name, info in engine.model_info.items()},
-        timings_ms=result.timings_ms)
-
-
-# --------------------------------------------------------------------------- throughput
-def throughput_report(params: NotebookParams) -> BenchReport:
-    """Serial loops (square and fit canvas) and, unless ``skip_ray``, the Ray pipeline."""
-    parts = ("serial",) if params.skip_ray else ("serial", "pipeline")
-    options = BenchOptions(
-        engine=_engine_config(params), pipeline=PipelineConfig(progress_bars=False), work_dir=params.work_dir,
-        standins=params.standins, parts=parts, frames=params.frames, size_wh=params.size_wh,
-        command=f"notebook 02_throughput: frames={params.frames} size={params.size_wh} standins={params.standins}")
-    report = run_bench(options)
-    if params.skip_ray:
-        report.notes.append("the Ray pipeline part was skipped (FUSION_RAY_NB_SKIP_RAY=1)")
-    return report
-
-
-def sweep_report(params: NotebookParams) -> BenchReport:
-    """The batch-size sweep of the embedder, swapper and enhancer."""
-    options = BenchOptions(
-        engine=_engine_config(params), pipeline=PipelineConfig(progress_bars=False), work_dir=params.work_dir,
-        standins=params.sweep_standins, parts=("sweep",), sweep_batches=params.sweep_batches,
-        sweep_repeats=params.sweep_repeats, sweep_caps=params.sweep_caps,
-        command=(f"notebook 02_throughput sweep: standins={params.sweep_standins} batches={params.sweep_batches} "
-                 f"repeats={params.sweep_repeats} caps={params.sweep_caps}"))
-    return run_bench(options)
-
-
-def as_markdown(text: str) -> Any:
-    """A notebook-renderable Markdown object (IPython's), or the text outside IPython."""
-    try:
-        from IPython.display import Markdown
-    except ImportError:  # not in IPython
-        return text
-    return Markdown(text)
+    paths = build_all_standins(directory, variant=variant)
+    for path in paths.values():
+        write_hash_record(path, "generated")
+    return paths
