@@ -1,0 +1,106 @@
+"""An in-process stream backend over an :class:`~fusion_ray.engine.Engine` (no Ray).
+
+Used by the in-process host (:mod:`fusion_ray.live.localhost`) for tests and benchmarks. The
+Serve ingress implements the same :class:`~fusion_ray.live.backend.StreamBackend` over its
+detector and swapper deployments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+
+from fusion_ray.core.layout import align_crops, paste_crops
+from fusion_ray.engine import Engine
+from fusion_ray.live.backend import FramePlan, Processed, StreamRefused, token_matches
+from fusion_ray.live.protocol import CLOSE_POLICY, CLOSE_UNSUPPORTED, StartMessage
+from fusion_ray.models.detector import ScrfdDetector
+from fusion_ray.ops.select import select_faces
+from fusion_ray.serve.sources import SourceStore
+from fusion_ray.types import Frame, SourceIdentity, check_frame
+
+
+def landmarks_array(faces: list) -> np.ndarray:  # type: ignore[type-arg]
+    """(N, 5, 2) float32 landmarks of faces."""
+    if not faces:
+        return np.zeros((0, 5, 2), np.float32)
+    return np.stack([face.landmarks_5 for face in faces]).astype(np.float32)
+
+
+class EngineBackend:
+    """Sources in a bounded store, one :class:`EngineStreamProcessor` per stream."""
+
+    def __init__(self, engine: Engine, *, token: str | None = None, max_sources: int = 256) -> None:
+        self.engine = engine
+        self.token = token
+        self.sources = SourceStore(max_sources)
+        self._detectors: dict[int, ScrfdDetector] = {}
+        self._lock = threading.Lock()
+
+    def authorize(self, token: str | None) -> bool:
+        return token_matches(self.token, token)
+
+    def add_source(self, image: Frame, name: str = "source image") -> str:
+        """Register a source photo (NoFaceError when it has no face); returns its id."""
+        return self.sources.put(self.engine.prepare_source([image], [name]))
+
+    def detector(self, size: int | None) -> ScrfdDetector:
+        """The engine's detector, or one on a smaller canvas sharing its session."""
+        base = self.engine.models.need_detector()
+        if size is None or size == base.cfg.size:
+            return base
+        with self._lock:
+            if size not in self._detectors:
+                self._detectors[size] = ScrfdDetector(base.session, base.spec, base.cfg.model_copy(update={"size": size}))
+            return self._detectors[size]
+
+    async def open(self, start: StartMessage) -> EngineStreamProcessor:
+        identity = self.sources.get(start.source_id)
+        if identity is None:
+            raise StreamRefused(CLOSE_POLICY, "unknown_source", f"unknown source_id {start.source_id!r}")
+        if start.enhance and self.engine.models.enhancer is None:
+            raise StreamRefused(CLOSE_UNSUPPORTED, "enhance_unavailable", "this server has no enhancer")
+        return EngineStreamProcessor(self, identity, start)
+
+
+class EngineStreamProcessor:
+    """One stream's processing: detect (or reuse landmarks), select, swap, paste, enhance."""
+
+    def __init__(self, backend: EngineBackend, identity: SourceIdentity, start: StartMessage) -> None:
+        self.backend = backend
+        self.engine = backend.engine
+        self.identity = identity
+        self.start = start
+        enhancer = [self.engine.cfg.models.enhancer] if start.enhance else []
+        used = {self.engine.cfg.models.detector, self.engine.cfg.models.swapper, *enhancer}
+        self._stand_ins = sorted(n for n in self.engine.stand_in_models if n in used)
+
+    @property
+    def stand_in_models(self) -> list[str]:
+        return self._stand_ins
+
+    async def process(self, frame: Frame, plan: FramePlan) -> Processed:
+        return await asyncio.to_thread(self.process_sync, frame, plan)
+
+    def process_sync(self, frame: Frame, plan: FramePlan) -> Processed:
+        """The same chain as ``Engine.process_frame``, with the plan's detection choices."""
+        check_frame(frame)
+        if plan.landmarks is None:
+            faces = self.backend.detector(plan.detector_size).detect(frame)
+            chosen = select_faces(faces, self.start.select, index=self.start.face_index)
+            landmarks, detected = landmarks_array(chosen), len(faces)
+        else:
+            landmarks = np.asarray(plan.landmarks, np.float32).reshape(-1, 5, 2)
+            detected = len(landmarks)
+        if not len(landmarks):
+            return Processed(frame, landmarks, detected)
+        engine = self.engine
+        crops, affines = align_crops(frame, landmarks, engine.swap_layout)
+        out = paste_crops(frame, engine.swap_crops(crops, self.identity), affines, engine.swap_layout)
+        if plan.enhance:
+            e_crops, e_affines = align_crops(out, landmarks, engine.enhance_layout)
+            enhanced = engine.models.need_enhancer().enhance(e_crops, engine.cfg.enhance.blend)
+            out = paste_crops(out, enhanced, e_affines, engine.enhance_layout)
+        return Processed(out, landmarks, detected)

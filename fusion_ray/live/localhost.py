@@ -1,0 +1,122 @@
+"""An in-process live host (Starlette + uvicorn, no Ray) for tests, benchmarks and demos.
+
+It serves what the Serve ingress serves for live streams, over :class:`EngineBackend`:
+``GET /live`` (the page), ``POST /v1/sources`` (multipart field ``image``, bearer token),
+``GET /v1/stream`` (the WebSocket, hosted by :class:`LiveHub`) and ``GET /healthz``.
+:class:`LocalServer` runs it on 127.0.0.1 in a background thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from importlib import resources
+from types import TracebackType
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
+
+from fusion_ray.errors import FusionRayError, InputError, NoFaceError
+from fusion_ray.imageio import decode_image
+from fusion_ray.live.hub import LiveHub
+from fusion_ray.live.local import EngineBackend
+from fusion_ray.live.transport import StarletteTransport
+
+WS_SLACK_BYTES = 64 * 1024
+
+
+def live_page() -> str:
+    """The self-contained ``GET /live`` page."""
+    return resources.files("fusion_ray.live").joinpath("static/live.html").read_text(encoding="utf-8")
+
+
+def create_local_app(hub: LiveHub, backend: EngineBackend) -> Starlette:
+    """The Starlette app of the in-process host."""
+
+    async def page(request: Request) -> HTMLResponse:
+        return HTMLResponse(live_page())
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok", "streams": hub.active_streams})
+
+    async def create_source(request: Request) -> JSONResponse:
+        header = request.headers.get("authorization", "")
+        given = header[7:] if header.lower().startswith("bearer ") else None
+        if not backend.authorize(given):
+            return JSONResponse({"error": "unauthorized", "detail": "missing or wrong bearer token"}, 401)
+        form = await request.form(max_files=1, max_fields=8)
+        upload = form.get("image")
+        if upload is None or isinstance(upload, str):
+            return JSONResponse({"error": "missing_image", "detail": "multipart file field 'image' is required"}, 422)
+        data = await upload.read()
+        try:
+            loaded = await asyncio.to_thread(decode_image, data, "image", hub.cfg.max_frame_pixels * 4)
+            source_id = await asyncio.to_thread(backend.add_source, loaded.frame)
+        except NoFaceError as exc:
+            return JSONResponse({"error": "no_face", "detail": str(exc)}, 422)
+        except InputError as exc:
+            return JSONResponse({"error": "invalid_image", "detail": str(exc)}, 422)
+        return JSONResponse({"source_id": source_id}, 201)
+
+    async def stream(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await hub.serve(StarletteTransport(websocket))
+
+    return Starlette(routes=[
+        Route("/live", page), Route("/healthz", healthz),
+        Route("/v1/sources", create_source, methods=["POST"]), WebSocketRoute("/v1/stream", stream)])
+
+
+class LocalServer:
+    """The in-process host on 127.0.0.1 (``port`` 0: a free one) in a background thread."""
+
+    def __init__(self, hub: LiveHub, backend: EngineBackend, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.hub = hub
+        self.app = create_local_app(hub, backend)
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
+        self.host, self.port = self._sock.getsockname()[:2]
+        config = uvicorn.Config(self.app, log_level="warning", ws_max_size=hub.cfg.max_frame_bytes + WS_SLACK_BYTES,
+                                ws_ping_interval=None, lifespan="off")
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._run, name="fusion-ray-live-host", daemon=True)
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://{self.host}:{self.port}/v1/stream"
+
+    def _run(self) -> None:
+        asyncio.run(self.server.serve(sockets=[self._sock]))
+
+    def start(self, timeout_s: float = 10.0) -> LocalServer:
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise FusionRayError("the in-process live host did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout=10)
+        self._sock.close()
+
+    def __enter__(self) -> LocalServer:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+

@@ -1,0 +1,159 @@
+"""End to end over a real WebSocket on 127.0.0.1: the in-process host with the real SCRFD detector
+and the classic swapper (a real swap), driven by the Python live client."""
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from fractions import Fraction
+
+import cv2
+import numpy as np
+import pytest
+from websockets.asyncio.client import connect
+
+from fusion_ray.config import EngineConfig, RuntimeConfig, SwapConfig
+from fusion_ray.engine import Engine
+from fusion_ray.imageio import read_image
+from fusion_ray.live.backend import FramePlan
+from fusion_ray.live.client import LiveClientError, register_source, run_stream
+from fusion_ray.live.config import LiveConfig
+from fusion_ray.live.hub import LiveHub
+from fusion_ray.live.local import EngineBackend
+from fusion_ray.live.localhost import LocalServer
+from fusion_ray.live.protocol import StartMessage
+from fusion_ray.live.sources import JpegClip, encode_frame
+from fusion_ray.video.decode import decode_all
+from fusion_ray.video.synthetic import make_test_video
+
+TOKEN = "live-secret"
+
+
+@pytest.fixture(scope="module")
+def engine(models_config):
+    cfg = EngineConfig(models=models_config, runtime=RuntimeConfig(providers=["cpu"]), swap=SwapConfig(swapper="classic"))
+    return Engine.load(cfg, cpu_budget=1)
+
+
+@pytest.fixture(scope="module")
+def server(engine):
+    backend = EngineBackend(engine, token=TOKEN)
+    hub = LiveHub(LiveConfig(stats_interval_s=0.25, deadline_ms=1000), backend)
+    with LocalServer(hub, backend) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def clip(images_dir, tmp_path_factory):
+    """A 640x360 clip of a real photo's face moving (the real detector finds it)."""
+    face = read_image(images_dir / "biden.jpg").frame
+    path = make_test_video(tmp_path_factory.mktemp("live") / "clip.mp4", face_image=face, n_frames=20,
+                           fps=Fraction(30), audio=False)
+    return [decoded.frame for decoded in decode_all(path)]
+
+
+@pytest.fixture(scope="module")
+def source_id(server, images_dir):
+    return register_source(server.http_url, (images_dir / "obama.jpg").read_bytes(), "obama.jpg", token=TOKEN)
+
+
+def _decode(data: bytes) -> np.ndarray:
+    return cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+
+
+def test_a_stream_returns_swapped_frames_in_order(server, clip, source_id, engine):
+    results: dict[int, bytes] = {}
+    jpegs = [encode_frame(f, 90) for f in clip]
+    source = JpegClip(jpegs, fps=10, loop=False)
+    report = asyncio.run(run_stream(server.ws_url, {"source_id": source_id, "token": TOKEN}, source,
+                                    on_result=lambda seq, image: results.__setitem__(seq, image), drain_s=5.0))
+    assert report.ready["stand_in_models"] == []  # real detector, model-free classic swapper
+    assert report.sent == len(clip) and report.received >= 5
+    assert report.received_seqs == sorted(set(report.received_seqs))
+    assert report.received + sum(report.dropped.values()) == report.sent
+    counted = [s["frames_in"] for s in report.stats]
+    assert counted and counted == sorted(counted) and 0 < counted[-1] <= len(clip)
+    assert report.close_code == 1000
+    # The face region changed (the swap), the background did not (beyond JPEG noise).
+    seq = report.received_seqs[0]
+    sent, got = _decode(jpegs[seq]).astype(np.int16), _decode(results[seq]).astype(np.int16)
+    faces = engine.detect(clip[seq])
+    assert faces
+    x0, y0, x1, y1 = (int(v) for v in faces[0].bbox_xyxy)
+    inner = np.abs(got[y0:y1, x0:x1] - sent[y0:y1, x0:x1]).mean()
+    mask = np.ones(sent.shape[:2], bool)
+    mask[max(0, y0 - 40):y1 + 40, max(0, x0 - 40):x1 + 40] = False
+    outer = np.abs(got[mask] - sent[mask]).mean()
+    print(f"face region changed by {inner:.1f}, the rest by {outer:.1f}")
+    assert inner > 8.0 and outer < 3.0, (inner, outer)
+
+
+def test_a_frame_without_a_face_comes_back_unchanged(server, source_id):
+    background = np.tile(np.linspace(40, 200, 640, dtype=np.uint8)[None, :, None], (360, 1, 3))
+    results: list[bytes] = []
+    source = JpegClip([encode_frame(background, 95)], fps=5, loop=False)
+    report = asyncio.run(run_stream(server.ws_url, {"source_id": source_id, "token": TOKEN}, source,
+                                    on_result=lambda seq, image: results.append(image), drain_s=5.0))
+    assert report.received == 1
+    assert np.abs(_decode(results[0]).astype(np.int16) - background.astype(np.int16)).mean() < 2.0
+
+
+@pytest.mark.parametrize(("start", "close_code", "code"), [
+    ({"source_id": "x"}, 1008, "unauthorized"),
+    ({"source_id": "src_nope", "token": TOKEN}, 1008, "unknown_source"),
+    ({"source_id": "x", "token": TOKEN, "select": "everyone"}, 1003, "malformed_start"),
+])
+def test_refusals_over_a_real_websocket(server, start, close_code, code):
+    with pytest.raises(LiveClientError) as caught:
+        asyncio.run(run_stream(server.ws_url, start, JpegClip([b"x"], fps=1, loop=False)))
+    assert (caught.value.close_code, caught.value.code) == (close_code, code)
+
+
+def test_binary_start_message_is_1003(server):
+    async def scenario():
+        async with connect(server.ws_url) as ws:
+            await ws.send(b"\x00" * 20)
+            event = json.loads(await ws.recv())
+            await ws.wait_closed()
+            return event, ws.close_code
+
+    event, close_code = asyncio.run(scenario())
+    assert event["code"] == "malformed_start" and close_code == 1003
+
+
+def test_source_registration_needs_the_token(server, images_dir):
+    with pytest.raises(LiveClientError, match="401"):
+        register_source(server.http_url, (images_dir / "obama.jpg").read_bytes(), token="wrong")
+
+
+def test_live_page_is_self_contained(server):
+    with urllib.request.urlopen(server.http_url + "/live") as response:
+        html = response.read().decode()
+    assert "getUserMedia" in html and "/v1/stream" in html and "/v1/sources" in html
+    assert "setUint32(0, seq, false)" in html and "setFloat64(4, ts, false)" in html
+    assert "<script src" not in html and "http://" not in html and "https://" not in html.replace('"https:"', "")
+
+
+def test_the_processor_runs_the_engine_chain(engine, clip, images_dir):
+    """The stream processor's detect-select-swap-paste equals Engine.process_frame on the same frame."""
+    backend = EngineBackend(engine)
+    identity_id = backend.add_source(read_image(images_dir / "obama.jpg").frame)
+    processor = asyncio.run(backend.open(StartMessage(source_id=identity_id)))
+    frame = clip[5]
+    processed = processor.process_sync(frame, FramePlan(seq=0, level=0, enhance=False))
+    expected = engine.process_frame(frame, backend.sources.get(identity_id))
+    assert processed.faces_detected == expected.faces_detected == 1
+    np.testing.assert_array_equal(processed.frame, expected.frame)
+    # Reusing the landmarks (level 2) swaps at the same place without detecting.
+    reused = processor.process_sync(frame, FramePlan(seq=1, level=2, enhance=False, landmarks=processed.landmarks))
+    np.testing.assert_array_equal(reused.frame, expected.frame)
+    small = processor.process_sync(frame, FramePlan(seq=2, level=3, enhance=False, detector_size=320))
+    assert small.faces_detected == 1 and not np.array_equal(small.frame, frame)
+
+
+def test_unknown_http_errors_are_not_swallowed(server):
+    request = urllib.request.Request(server.http_url + "/v1/sources", data=b"x", method="POST",
+                                     headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "text/plain"})
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request)
+    assert caught.value.code in (400, 422)
