@@ -58,8 +58,8 @@ def ray_cluster() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def standin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Light STAND-IN models (generated, labelled, not real weights) for the whole session."""
+    from fusion_ray.models.hashes import write_hash_record
     from fusion_ray.models.standins import build_all_standins
-    from fusion_ray.models.store import write_hash_record
 
     directory = tmp_path_factory.mktemp("standin_models")
     for path in build_all_standins(directory, variant="light").values():

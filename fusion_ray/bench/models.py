@@ -26,8 +26,9 @@ import onnx
 from fusion_ray.config import EngineConfig
 from fusion_ray.errors import ModelError, ModelMissingError
 from fusion_ray.models.dynamic import make_batch_dynamic
+from fusion_ray.models.hashes import write_hash_record
 from fusion_ray.models.standins import REAL_MODEL_GFLOPS, build_standin, read_stand_in_label
-from fusion_ray.models.store import ModelStore, resolve_models_dir, write_hash_record
+from fusion_ray.models.store import ModelStore, resolve_models_dir
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 
 from fusion_ray.errors import FusionRayError, InputError, ModelError
+from fusion_ray.models.hashes import write_hash_record
 from fusion_ray.models.registry import all_specs, get_spec
-from fusion_ray.models.store import ModelStore, resolve_models_dir, write_hash_record
+from fusion_ray.models.store import ModelStore, resolve_models_dir
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
