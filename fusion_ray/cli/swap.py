@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
@@ -16,6 +17,8 @@ from fusion_ray.fsutil import check_not_an_input, check_writable_dir
 
 if TYPE_CHECKING:
     from fusion_ray.video.probe import VideoInfo
+
+log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -45,11 +48,15 @@ def _inputs(args: argparse.Namespace, cfg: EngineConfig) -> list[tuple[str, Path
     return inputs
 
 
-def _check_video_swap(args: argparse.Namespace) -> VideoInfo:
-    """What can be refused on the driver, before Ray starts: the output, then the video's probe."""
+def check_video_swap(args: argparse.Namespace) -> VideoInfo:
+    """What can be refused on the driver, before Ray starts: the output, then the video's probe.
+
+    A variable frame rate is a warning (the output keeps the source's frame timestamps).
+    """
     from fusion_ray.pipeline.config import load_job_config
     from fusion_ray.video.encode import check_encodable, check_video_output
     from fusion_ray.video.probe import probe
+    from fusion_ray.video.timing import read_frame_times
 
     check_video_output(args.output)
     if args.output.exists() and not args.force:
@@ -58,6 +65,9 @@ def _check_video_swap(args: argparse.Namespace) -> VideoInfo:
     info = probe(args.target)  # an empty, corrupt or unreadable video is refused here
     encode_options = load_job_config(args.pipeline_config).pipeline.encode_options
     check_encodable(info.width, info.height, encode_options)  # e.g. odd sizes as yuv420p
+    note = read_frame_times(args.target).note(info.fps)
+    if note:
+        log.warning("%s: %s", args.target, note)
     return info
 
 
@@ -76,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     inputs = _inputs(args, cfg)
     check_not_an_input(args.output, inputs)
     if _is_video(args.target):
-        _check_video_swap(args)
+        check_video_swap(args)
         _check_images([path for name, path in inputs if name != "--target"])
         return run_video_swap(args, cfg)
     from fusion_ray.engine import Engine

@@ -100,6 +100,7 @@ def make_test_video(
     no_face_frames: Sequence[int] = (),
     gop: int | None = None,
     seed: int = 0,
+    frame_times: Sequence[Fraction] | None = None,
 ) -> Path:
     """Write an H.264 (+ AAC sine tone) MP4 where a face sweeps smoothly across a background.
 
@@ -109,10 +110,13 @@ def make_test_video(
         n_frames: number of video frames.
         fps: exact frame rate (a Fraction; 30000/1001 by default).
         size_wh: frame size; even sizes are yuv420p, odd ones yuv444p (4:2:0 needs even sizes).
-        audio: add a 440 Hz AAC tone lasting exactly n_frames / fps seconds.
+        audio: add a 440 Hz AAC tone lasting exactly n_frames / fps seconds (see frame_times).
         no_face_frames: frame indices that show the background only.
         gop: keyframe interval in frames; None means about one second (round(fps)).
         seed: seed of the background noise.
+        frame_times: each frame's presentation time in seconds (increasing, from 0), for a
+            variable-frame-rate clip (time base 1/90000); None: frame i at i / fps. The
+            audio then lasts until the last frame's time + 1 / fps.
 
     Returns:
         The path written.
@@ -125,6 +129,10 @@ def make_test_video(
     if width <= 0 or height <= 0:
         raise ValueError(f"size_wh must be positive, got {size_wh}")
     gop = gop if gop is not None else max(1, round(fps))
+    times = [Fraction(t) for t in frame_times] if frame_times is not None else [i / fps for i in range(n_frames)]
+    if len(times) != n_frames or any(b <= a for a, b in zip(times, times[1:], strict=False)) or times[0] < 0:
+        raise ValueError("frame_times must be n_frames increasing times from 0")
+    time_base = Fraction(1, 90000) if frame_times is not None else 1 / fps
     rng = np.random.default_rng(seed)
     background = _background(size_wh, rng)
     face_src = face_image if face_image is not None else _cartoon_face(height)
@@ -145,25 +153,26 @@ def make_test_video(
             vstream.width = width
             vstream.height = height
             vstream.pix_fmt = "yuv420p" if width % 2 == 0 and height % 2 == 0 else "yuv444p"
-            vstream.time_base = 1 / fps
+            vstream.time_base = time_base
+            vstream.codec_context.time_base = time_base
             vstream.codec_context.thread_count = 2
             astream = None
             if audio:
                 astream = out.add_stream("aac", rate=AUDIO_SAMPLE_RATE, layout="mono")
-            total_samples = int(round(n_frames / fps * AUDIO_SAMPLE_RATE))
+            total_samples = int(round((times[-1] + 1 / fps) * AUDIO_SAMPLE_RATE))
             samples_done = 0
             for i in range(n_frames):
                 img = render_frame(i, n_frames=n_frames, background=background,
                                    face=None if i in hidden else face)
                 vframe = av.VideoFrame.from_ndarray(img, format="bgr24")
-                vframe.pts = i
-                vframe.time_base = 1 / fps
+                vframe.pts = round(times[i] / time_base)
+                vframe.time_base = time_base
                 out.mux(vstream.encode(vframe))
                 if astream is not None:
                     # Keep audio level with video so the muxer interleaves without buffering;
                     # full 1024-sample AAC frames, the remainder after the last video frame.
                     last = i == n_frames - 1
-                    until = total_samples if last else int((i + 1) / fps * AUDIO_SAMPLE_RATE)
+                    until = total_samples if last else int(times[i + 1] * AUDIO_SAMPLE_RATE)
                     while samples_done < until and (
                         last or samples_done + _AAC_FRAME_SIZE <= until
                     ):

@@ -1,5 +1,6 @@
 """The video side of ``swap``: arguments refused before Ray starts."""
 
+import logging
 import subprocess
 import sys
 from fractions import Fraction
@@ -7,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fusion_ray.cli import main
+from fusion_ray.cli import build_parser, main
+from fusion_ray.cli.swap import check_video_swap
 from fusion_ray.imageio import read_image
 from fusion_ray.video import make_corrupt_video, make_test_video, probe
 
@@ -54,7 +56,8 @@ def test_an_unwritable_output_folder_is_refused_before_ray(where, tmp_path, imag
 
 RAY_STARTED = """
 import sys
-from fusion_ray.cli import main
+from fusion_ray.cli import build_parser, main
+from fusion_ray.cli.swap import check_video_swap
 code = main(sys.argv[1:])
 ray = sys.modules.get("ray")
 print(code, bool(ray is not None and ray.is_initialized()))
@@ -105,3 +108,17 @@ def test_an_odd_sized_video_swaps_end_to_end(tmp_path, images_dir, standin_dir, 
     info = probe(out)
     assert (info.width, info.height, info.frame_count, info.pix_fmt) == (641, 361, 12, "yuv444p")
     assert info.has_audio
+
+
+def test_a_variable_frame_rate_is_a_warning_before_ray(tmp_path, images_dir, caplog):
+    times = [Fraction(i, 30) for i in range(6)] + [Fraction(6, 30) + Fraction(i, 10) for i in range(4)]
+    clip = make_test_video(tmp_path / "vfr.mp4", face_image=None, n_frames=10, fps=Fraction(30), size_wh=(64, 48),
+                           audio=False, frame_times=times)
+    args = build_parser().parse_args(["swap", "-s", str(images_dir / "obama.jpg"), "-t", str(clip),
+                                      "-o", str(tmp_path / "out.mp4")])
+    with caplog.at_level(logging.WARNING, logger="fusion_ray"):
+        info = check_video_swap(args)
+    assert info.frame_count == 10
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{clip}: variable frame rate (10 to 30 frames/s): the output keeps the source's "
+        "frame timestamps"]
