@@ -58,24 +58,24 @@ Real-model compute, per image, ``REAL_MODEL_GFLOPS`` (FLOPs = 2 x multiply-accum
   85.0 GMACs, StyleGAN2 decoder 112.8 GMACs. Check: 86.4 M parameters = 346 MB in float32
   (GFPGANv1.4.pth is 348 MB; the ONNX export, without the unused style MLP, 340 MB).
 
-:func:`graph_gflops` counts Conv/ConvTranspose/MatMul/Gemm FLOPs (2 x MACs) from inferred
-shapes; the cost-faithful stand-ins land within a few percent of the figures above.
+:func:`fusion_ray.models.onnx_info.graph_gflops` counts Conv/ConvTranspose/MatMul/Gemm FLOPs
+(2 x MACs) from inferred shapes; the cost-faithful stand-ins land within a few percent of the
+figures above. The graphs are written with :class:`fusion_ray.models.onnx_graph.Graph`.
 """
 
 from __future__ import annotations
 
-import math
-import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from fusion_ray.errors import ModelError
 from fusion_ray.fsutil import atomic_write_bytes
+from fusion_ray.models.onnx_graph import Graph, float_value_info
+from fusion_ray.models.onnx_info import read_model_metadata
 
 STANDIN_NAMES: tuple[str, ...] = ("arcface_w600k_r50", "inswapper_128", "gfpgan_1.4")
 VARIANTS: tuple[str, ...] = ("light", "cost_faithful")
@@ -103,96 +103,14 @@ BUILDER_VERSION = "1"
 META_PREFIX = "fusion_ray."
 
 _NAME_SALT = {"arcface_w600k_r50": 1, "inswapper_128": 2, "gfpgan_1.4": 3}
-_FLOAT = TensorProto.FLOAT
 
 
 # --------------------------------------------------------------------------------------------
-# Graph-building helpers
+# The model around a graph
 # --------------------------------------------------------------------------------------------
 
 
-class _Graph:
-    """Accumulates nodes and initializers with unique, descriptive names."""
-
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
-        self.nodes: list[onnx.NodeProto] = []
-        self.initializers: list[onnx.TensorProto] = []
-        self._count = 0
-        self._generated: dict[tuple[int, ...], str] = {}
-
-    def _name(self, hint: str) -> str:
-        self._count += 1
-        return f"{self.prefix}/{hint}_{self._count}"
-
-    def const(self, hint: str, value: np.ndarray) -> str:
-        name = self._name(hint)
-        self.initializers.append(numpy_helper.from_array(np.array(value, order="C"), name))
-        return name
-
-    def f32(self, hint: str, value: float | Sequence[float]) -> str:
-        return self.const(hint, np.asarray(value, dtype=np.float32))
-
-    def i64(self, hint: str, value: Sequence[int]) -> str:
-        return self.const(hint, np.asarray(value, dtype=np.int64))
-
-    def op(self, op_type: str, inputs: Sequence[str], hint: str | None = None, *,
-           out: str | None = None, **attrs: Any) -> str:
-        # Node names never start with "Sub"/"Mul": insightface guesses the input normalisation
-        # of recognition models from such names in the first nodes.
-        name = out if out is not None else self._name(hint or op_type.lower())
-        self.nodes.append(helper.make_node(op_type, list(inputs), [name], name=f"{name}:node", **attrs))
-        return name
-
-    # A few composite layers -----------------------------------------------------------------
-
-    def conv(self, x: str, weight: str, *, bias: str | None = None, stride: int = 1, pad: int = 0,
-             group: int = 1, hint: str = "conv") -> str:
-        inputs = [x, weight] if bias is None else [x, weight, bias]
-        return self.op("Conv", inputs, hint, strides=[stride, stride], pads=[pad] * 4, group=group)
-
-    def resize(self, x: str, factor: float, hint: str = "resize") -> str:
-        scales = self.f32("scales", [1.0, 1.0, factor, factor])
-        return self.op("Resize", [x, "", scales], hint, mode="linear")
-
-    def generated_weight(self, shape: Sequence[int]) -> str:
-        """A pseudo-random weight computed in the graph (tiny file; ORT folds it at load).
-
-        One tensor per distinct shape, shared by every layer of that shape. Values are
-        ``sin(43758.5453 * sin(12.9898 * i + phase)) * sqrt(3 / fan_in)``: roughly uniform
-        noise of variance 1.5 / fan_in (not low-rank, unlike a plain sinusoid).
-        """
-        key = tuple(int(s) for s in shape)
-        if key in self._generated:
-            return self._generated[key]
-        count = math.prod(key)
-        if count >= 2**24:
-            raise ValueError(f"generated weight {key} too large for float32 indices")
-        fan_in = math.prod(key[1:])
-        phase = 0.7071 * (len(self._generated) + 1)
-        idx = self.op("Range", [self.f32("zero", 0.0), self.f32("count", float(count)),
-                                self.f32("one", 1.0)], "w_index")
-        arg = self.op("Add", [self.op("Mul", [idx, self.f32("freq", 12.9898)], "w_scaled"),
-                              self.f32("phase", phase)], "w_phase")
-        noise = self.op("Sin", [self.op("Mul", [self.op("Sin", [arg], "w_sin"),
-                                                self.f32("amp", 43758.5453)], "w_amp")], "w_noise")
-        scaled = self.op("Mul", [noise, self.f32("gain", math.sqrt(3.0 / fan_in))], "w_gain")
-        weight = self.op("Reshape", [scaled, self.i64("w_shape", key)], "weight")
-        self._generated[key] = weight
-        return weight
-
-    def gconv(self, x: str, cin: int, cout: int, k: int, *, stride: int = 1,
-              act: bool = True, hint: str = "conv") -> str:
-        """Conv with a generated weight ('same' padding), then Tanh (bounded activations)."""
-        y = self.conv(x, self.generated_weight((cout, cin, k, k)), stride=stride, pad=k // 2, hint=hint)
-        return self.op("Tanh", [y], f"{hint}_act") if act else y
-
-
-def _value_info(name: str, shape: Sequence[int | str]) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, _FLOAT, list(shape))
-
-
-def _finish(name: str, variant: str, seed: int, graph: _Graph,
+def _finish(name: str, variant: str, seed: int, graph: Graph,
             inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto],
             extra_initializers: Sequence[onnx.TensorProto] = ()) -> onnx.ModelProto:
     description = (f"fusion_ray STAND-IN for {name} ({variant} variant): NOT a real model. "
@@ -226,8 +144,8 @@ _ARC_SIGMA = 8.0          # RBF width on standardised features (sqrt(588) ~ 24 =
 _ARC_AMPLITUDE = 1.375    # norm ~ amplitude * sqrt(256) ~ 22, like real ArcFace outputs
 
 
-def _build_arcface(variant: str, rng: np.random.Generator) -> tuple[_Graph, list, list, list]:
-    g = _Graph("arcface")
+def _build_arcface(variant: str, rng: np.random.Generator) -> tuple[Graph, list, list, list]:
+    g = Graph("arcface")
     x = "input.1"
     features = (112 // _ARC_POOL) ** 2 * 3
     pooled = g.op("AveragePool", [x], "pool", kernel_shape=[_ARC_POOL, _ARC_POOL],
@@ -250,12 +168,12 @@ def _build_arcface(variant: str, rng: np.random.Generator) -> tuple[_Graph, list
         branch = _iresnet50_branch(g, x)
         g.op("Add", [embedding, g.op("Mul", [branch, g.f32("branch_weight", 1e-2)], "branch_scale")],
              "combine", out="683")
-    inputs = [_value_info("input.1", ["N", 3, 112, 112])]
-    outputs = [_value_info("683", ["N", 512])]
+    inputs = [float_value_info("input.1", ["N", 3, 112, 112])]
+    outputs = [float_value_info("683", ["N", 512])]
     return g, inputs, outputs, []
 
 
-def _iresnet50_branch(g: _Graph, x: str) -> str:
+def _iresnet50_branch(g: Graph, x: str) -> str:
     """iresnet50's conv layer shapes at 112x112 (6.30 GMACs), ending in a (N, 512) vector."""
     h = g.gconv(x, 3, 64, 3, hint="stem")
     cin = 64
@@ -289,8 +207,8 @@ def _emap(rng: np.random.Generator) -> np.ndarray:
     return np.ascontiguousarray(q, dtype=np.float32)
 
 
-def _build_inswapper(variant: str, rng: np.random.Generator) -> tuple[_Graph, list, list, list]:
-    g = _Graph("inswapper")
+def _build_inswapper(variant: str, rng: np.random.Generator) -> tuple[Graph, list, list, list]:
+    g = Graph("inswapper")
     target, source = "target", "source"
     smooth_w = np.broadcast_to(_SMOOTH_3X3, (3, 1, 3, 3)).copy()
     padded = g.op("Pad", [target, g.i64("pads", [0, 0, 1, 1, 0, 0, 1, 1])], "pad", mode="reflect")
@@ -313,12 +231,12 @@ def _build_inswapper(variant: str, rng: np.random.Generator) -> tuple[_Graph, li
                        "combine")
     g.op("Clip", [swapped, g.f32("lo", 0.0), g.f32("hi", 1.0)], "clip", out="output")
     emap = numpy_helper.from_array(_emap(rng), "emap")
-    inputs = [_value_info("target", [1, 3, 128, 128]), _value_info("source", [1, 512])]
-    outputs = [_value_info("output", [1, 3, 128, 128])]
+    inputs = [float_value_info("target", [1, 3, 128, 128]), float_value_info("source", [1, 512])]
+    outputs = [float_value_info("output", [1, 3, 128, 128])]
     return g, inputs, outputs, [emap]  # emap goes LAST among the initializers
 
 
-def _inswapper_branch(g: _Graph, target: str, source: str) -> str:
+def _inswapper_branch(g: Graph, target: str, source: str) -> str:
     """inswapper_128's conv layer shapes (ReSwapper reconstruction), 174.6 GMACs; (N, 3, 128, 128)."""
     h = g.gconv(target, 3, 128, 7, hint="down1")
     h = g.gconv(h, 128, 256, 3, hint="down2")
@@ -346,9 +264,9 @@ _SHARPEN_3X3 = np.array([[0, -1, 0], [-1, 4, -1], [0, -1, 0]], dtype=np.float32)
 _SHARPEN_3X3[1, 1] += 1.0  # identity + 0.15 * Laplacian: a mild sharpen, sums to 1
 
 
-def _build_gfpgan(variant: str, rng: np.random.Generator) -> tuple[_Graph, list, list, list]:
+def _build_gfpgan(variant: str, rng: np.random.Generator) -> tuple[Graph, list, list, list]:
     del rng  # the light GFPGAN stand-in is a fixed filter
-    g = _Graph("gfpgan")
+    g = Graph("gfpgan")
     x = "input"
     padded = g.op("Pad", [x, g.i64("pads", [0, 0, 1, 1, 0, 0, 1, 1])], "pad", mode="reflect")
     sharpen_w = np.broadcast_to(_SHARPEN_3X3, (3, 1, 3, 3)).copy()
@@ -358,8 +276,8 @@ def _build_gfpgan(variant: str, rng: np.random.Generator) -> tuple[_Graph, list,
         restored = g.op("Add", [restored, g.op("Mul", [branch, g.f32("branch_weight", 1e-3)], "branch_scale")],
                         "combine")
     g.op("Clip", [restored, g.f32("lo", -1.0), g.f32("hi", 1.0)], "clip", out="output")
-    inputs = [_value_info("input", [1, 3, 512, 512])]
-    outputs = [_value_info("output", [1, 3, 512, 512])]
+    inputs = [float_value_info("input", [1, 3, 512, 512])]
+    outputs = [float_value_info("output", [1, 3, 512, 512])]
     return g, inputs, outputs, []
 
 
@@ -367,7 +285,7 @@ _UNET_CH = {4: 256, 8: 256, 16: 256, 32: 256, 64: 256, 128: 128, 256: 64, 512: 3
 _DECODER_CH = {4: 512, 8: 512, 16: 512, 32: 512, 64: 512, 128: 256, 256: 128, 512: 64}
 
 
-def _gfpgan_branch(g: _Graph, x: str) -> str:
+def _gfpgan_branch(g: Graph, x: str) -> str:
     """GFPGANv1Clean's conv layer shapes at 512x512 (197.8 GMACs), ending in (N, 3, 512, 512).
 
     Plain convs stand in for the modulated ones (same MACs); the decoder starts from the
@@ -474,159 +392,3 @@ def read_stand_in_label(path: Path) -> dict[str, str] | None:
 def is_stand_in(path: Path) -> bool:
     """Whether the ONNX file at ``path`` is a fusion_ray stand-in."""
     return read_stand_in_label(path) is not None
-
-
-def read_model_metadata(path: Path) -> dict[str, str]:
-    """``metadata_props`` of an ONNX file, read without loading its graph."""
-    path = Path(path)
-    try:
-        with path.open("rb") as handle:
-            entries = _scan_metadata_props(handle, os.fstat(handle.fileno()).st_size)
-    except OSError as exc:
-        raise ModelError(f"cannot read model {path}: {exc}") from exc
-    except _WireError as exc:
-        raise ModelError(f"{path} is not a readable ONNX model: {exc}") from exc
-    metadata: dict[str, str] = {}
-    for raw in entries:
-        entry = onnx.StringStringEntryProto.FromString(raw)
-        metadata[entry.key] = entry.value
-    return metadata
-
-
-# --------------------------------------------------------------------------------------------
-# FLOP counting
-# --------------------------------------------------------------------------------------------
-
-
-def graph_gflops(model: onnx.ModelProto | Path | str) -> float:
-    """Per-call GFLOPs (2 x MACs) of the Conv, ConvTranspose, MatMul and Gemm nodes.
-
-    Shapes come from ``onnx.shape_inference``; symbolic dimensions (the batch) count as 1, so
-    for a batch-first model this is the cost per image. Elementwise ops, pooling and resizes
-    are not counted (they are a small fraction in these models), nor are nodes computed from
-    initializers alone (ORT folds them at load). Raises ModelError when a counted node's
-    shapes cannot be inferred.
-    """
-    if not isinstance(model, onnx.ModelProto):
-        model = onnx.load(str(model), load_external_data=False)
-    try:
-        return _count_gflops(onnx.shape_inference.infer_shapes(model))
-    except ModelError:
-        # Shapes computed at run time (Shape -> Gather -> Concat -> Reshape) need data
-        # propagation, which is slow on large constant subgraphs: only when required.
-        return _count_gflops(onnx.shape_inference.infer_shapes(model, data_prop=True))
-
-
-def _count_gflops(inferred: onnx.ModelProto) -> float:
-    shapes: dict[str, tuple[int, ...] | None] = {}
-    graph = inferred.graph
-    for info in [*graph.input, *graph.value_info, *graph.output]:
-        shapes[info.name] = _static_shape(info)
-    for init in graph.initializer:
-        shapes[init.name] = tuple(int(d) for d in init.dims)
-
-    def shape_of(name: str, node: onnx.NodeProto) -> tuple[int, ...]:
-        shape = shapes.get(name)
-        if shape is None:
-            raise ModelError(f"cannot count FLOPs: shape of {name!r} (input/output of "
-                             f"{node.op_type} node {node.name!r}) is unknown")
-        return shape
-
-    # Subgraphs fed only by initializers are folded into constants when ORT loads the model
-    # (e.g. generated weights): they cost nothing per call and are not counted.
-    constant = {init.name for init in graph.initializer}
-    macs = 0
-    for node in graph.node:
-        if all(name in constant or not name for name in node.input):
-            constant.update(node.output)
-            continue
-        if node.op_type == "Conv":
-            weight = shape_of(node.input[1], node)
-            out = shape_of(node.output[0], node)
-            macs += math.prod(out) * math.prod(weight[1:])
-        elif node.op_type == "ConvTranspose":
-            x = shape_of(node.input[0], node)
-            weight = shape_of(node.input[1], node)
-            macs += math.prod(x) * math.prod(weight[1:])
-        elif node.op_type == "MatMul":
-            a = shape_of(node.input[0], node)
-            out = shape_of(node.output[0], node)
-            macs += math.prod(out) * a[-1]
-        elif node.op_type == "Gemm":
-            a = shape_of(node.input[0], node)
-            out = shape_of(node.output[0], node)
-            trans_a = any(attr.name == "transA" and attr.i for attr in node.attribute)
-            macs += math.prod(out) * (a[0] if trans_a else a[-1])
-    return 2.0 * macs / 1e9
-
-
-def _static_shape(info: onnx.ValueInfoProto) -> tuple[int, ...] | None:
-    tensor = info.type.tensor_type
-    if not tensor.HasField("shape"):
-        return None
-    dims: list[int] = []
-    for index, dim in enumerate(tensor.shape.dim):
-        if dim.HasField("dim_value"):
-            dims.append(int(dim.dim_value))
-        elif index == 0:
-            dims.append(1)  # symbolic batch: count per image
-        else:
-            return None
-    return tuple(dims)
-
-
-# --------------------------------------------------------------------------------------------
-# File helpers
-# --------------------------------------------------------------------------------------------
-
-
-class _WireError(Exception):
-    """The bytes are not a well-formed protobuf message."""
-
-
-_METADATA_FIELD = 14  # ModelProto.metadata_props
-
-
-def _read_varint(handle: BinaryIO) -> int:
-    result = 0
-    for shift in range(0, 64, 7):
-        byte = handle.read(1)
-        if not byte:
-            raise _WireError("truncated varint")
-        result |= (byte[0] & 0x7F) << shift
-        if not byte[0] & 0x80:
-            return result
-    raise _WireError("varint too long")
-
-
-def _scan_metadata_props(handle: BinaryIO, size: int) -> list[bytes]:
-    """Raw ``metadata_props`` entries of a serialized ModelProto, skipping other fields."""
-    entries: list[bytes] = []
-    seen_graph = False
-    while handle.tell() < size:
-        key = _read_varint(handle)
-        field, wire_type = key >> 3, key & 7
-        if field == 0:
-            raise _WireError("field number 0")
-        if wire_type == 0:
-            _read_varint(handle)
-        elif wire_type == 1:
-            handle.seek(8, os.SEEK_CUR)
-        elif wire_type == 5:
-            handle.seek(4, os.SEEK_CUR)
-        elif wire_type == 2:
-            length = _read_varint(handle)
-            if handle.tell() + length > size:
-                raise _WireError("length runs past the end of the file")
-            if field == _METADATA_FIELD:
-                entries.append(handle.read(length))
-            else:
-                seen_graph = seen_graph or field == 7
-                handle.seek(length, os.SEEK_CUR)
-        else:
-            raise _WireError(f"unsupported wire type {wire_type}")
-    if handle.tell() != size:
-        raise _WireError("trailing bytes")
-    if not seen_graph:
-        raise _WireError("no graph")
-    return entries

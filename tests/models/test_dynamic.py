@@ -12,7 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fusion_ray.errors import ModelError
 from fusion_ray.models.dynamic import METADATA_KEY, make_batch_dynamic
-from fusion_ray.models.standins import build_standin, read_model_metadata, read_stand_in_label
+from fusion_ray.models.onnx_info import read_model_metadata
+from fusion_ray.models.standins import build_standin, read_stand_in_label
 
 
 def session(path: Path) -> ort.InferenceSession:
