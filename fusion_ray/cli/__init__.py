@@ -34,7 +34,7 @@ def _optional_commands() -> list:  # type: ignore[type-arg]
     import importlib
 
     found = []
-    for name in ("job", "serve", "bench"):
+    for name in ("job", "serve", "bench", "live"):
         try:
             found.append(importlib.import_module(f"fusion_ray.cli.{name}"))
         except ModuleNotFoundError as exc:

@@ -101,6 +101,9 @@ class Stream:
         self.on_outcome = on_outcome
         self.clock = clock
         self.deadline_ms = start.deadline_ms if start.deadline_ms is not None else cfg.deadline_ms
+        # A stream without the enhancer skips level 1 (turning it off would change nothing).
+        levels = tuple(lv for lv in cfg.ladder.allowed_levels if start.enhance or lv != 1)
+        self.ladder_cfg = cfg.ladder.model_copy(update={"allowed_levels": levels})
         self.counters = StreamCounters(window=cfg.latency_window)
         self.ladder = LadderState()
         self.queue: LatestQueue[PendingFrame] = LatestQueue(cfg.queue_depth)
@@ -177,7 +180,7 @@ class Stream:
     # ------------------------------------------------------------ dispatch
     def plan(self, seq: int) -> tuple[FramePlan, int]:
         """The frame plan and JPEG quality of the next frame at the current level."""
-        deg = degradation(self.level, self.cfg.ladder)
+        deg = degradation(self.level, self.ladder_cfg)
         landmarks = None
         reusable = self.last_landmarks is not None and len(self.last_landmarks) > 0
         if deg.detect_every > 1 and reusable and self._since_detect < deg.detect_every - 1:
@@ -288,7 +291,7 @@ class Stream:
         frames_in, drops, p99 = self.counters.take_window()
         before = self.level
         self.ladder = step(self.ladder, Health(interval_s, frames_in, drops, p99), self.deadline_ms,
-                           self.cfg.ladder)
+                           self.ladder_cfg)
         if self.level != before:
             log.info("stream %s: degradation level %d -> %d", self.id, before, self.level)
         self.outbox.put_event(self.stats_text(interval_s))

@@ -157,3 +157,32 @@ def test_unknown_http_errors_are_not_swallowed(server):
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request)
     assert caught.value.code in (400, 422)
+
+
+def test_cli_live_plays_a_video_as_a_camera_and_writes_the_result(server, images_dir, tmp_path, capsys):
+    from fusion_ray.cli import main
+
+    face = read_image(images_dir / "biden.jpg").frame
+    video = make_test_video(tmp_path / "in.mp4", face_image=face, n_frames=15, fps=Fraction(15), audio=False)
+    out = tmp_path / "out.mp4"
+    code = main(["live", "--url", server.ws_url, "--source", str(images_dir / "obama.jpg"), "--input", str(video),
+                 "--output", str(out), "--token", TOKEN, "--deadline-ms", "1000"])
+    printed = capsys.readouterr().out
+    assert code == 0 and "sent 15 frames" in printed and "latency" in printed and "dropped" in printed
+    written = cv2.VideoCapture(str(out))
+    assert written.isOpened() and int(written.get(cv2.CAP_PROP_FRAME_COUNT)) >= 5
+
+
+def test_live_bench_driver_and_baseline(server, clip, engine, images_dir, source_id):
+    from fusion_ray.bench.live import render_markdown, run_live_bench
+
+    backend = EngineBackend(engine)
+    processor = asyncio.run(backend.open(StartMessage(source_id=backend.add_source(
+        read_image(images_dir / "obama.jpg").frame))))
+    result = run_live_bench(server.ws_url, {"source_id": source_id, "token": TOKEN}, clip, stream_counts=[2],
+                            seconds=1.0, fps=10, deadline_ms=1000, baseline=processor.process_sync)
+    assert result["baseline"]["processed"] > 0 and result["baseline"]["latency_ms"]["p50"] is not None
+    run = result["runs"][0]
+    assert run["streams"] == 2 and len(run["fps_per_stream"]) == 2 and run["received"] > 0
+    assert run["sent"] == run["received"] + sum(run["dropped"].values())
+    assert "| 2 |" in render_markdown(result)

@@ -257,3 +257,16 @@ def test_two_streams_share_one_slot_fairly():
     a, b = asyncio.run(scenario())
     assert len(a.results) >= 8 and len(b.results) >= 8
     assert abs(len(a.results) - len(b.results)) <= 2
+
+
+def test_a_stream_without_the_enhancer_skips_level_1():
+    async def script(conn):
+        for seq in range(40):
+            conn.send(frame_message(seq))
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+
+    cfg = LiveConfig(stats_interval_s=0.05, ladder=LadderConfig(degrade_after_s=0.05, recover_after_s=10.0))
+    conn, _, _ = run_stream(cfg, ScriptedProcessor(delay=lambda seq: 0.04), script)
+    levels = [s["level"] for s in conn.events("stats")]
+    assert 1 not in levels and max(levels) >= 2

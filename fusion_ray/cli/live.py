@@ -1,0 +1,192 @@
+"""``fusion-ray live`` (stream a camera or a video to a live endpoint) and ``fusion-ray live-bench``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from fusion_ray.cli.common import add_engine_arguments, engine_config_from_args
+from fusion_ray.errors import InputError
+from fusion_ray.live.client import ClientReport, http_base, register_source, run_stream
+from fusion_ray.live.sources import CaptureSource
+
+TOKEN_ENV = "FUSION_RAY_API_TOKEN"
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    live = sub.add_parser("live", help="stream a camera or a video to a live endpoint and show what comes back",
+                          description="Stream frames to ws://HOST:PORT/v1/stream at the source's real rate (a video "
+                          "file plays as a fake camera), write the returned frames, print latency, fps and drops.")
+    live.add_argument("--url", required=True, help="ws://HOST:PORT/v1/stream")
+    who = live.add_mutually_exclusive_group(required=True)
+    who.add_argument("--source", type=Path, help="source face photo (registered via POST /v1/sources first)")
+    who.add_argument("--source-id", help="a source already registered")
+    feed = live.add_mutually_exclusive_group(required=True)
+    feed.add_argument("--camera", type=int, help="camera index (OpenCV)")
+    feed.add_argument("--input", type=Path, help="video file played at its frame rate as a camera")
+    live.add_argument("--fps", type=float, help="send rate (default: the video's rate; 30 for a camera)")
+    live.add_argument("--output", type=Path, help="write the returned frames to this MP4")
+    live.add_argument("--seconds", type=float, help="stop after this long (default: the video's end; camera: 10)")
+    _stream_options(live)
+    live.set_defaults(run=run_live)
+
+    bench = sub.add_parser("live-bench", help="N simulated live streams vs a Deep-Live-Cam-style loop",
+                           description="Play a 640x360 30 fps clip as N cameras against a live endpoint (--url, or an "
+                           "in-process host with the engine options), with a Deep-Live-Cam-style baseline on the "
+                           "same clip and models; report latency percentiles, fps per stream, drops and levels.")
+    bench.add_argument("--url", help="ws://HOST:PORT/v1/stream (default: start the in-process host)")
+    bench.add_argument("--source", type=Path, required=True, help="source face photo")
+    bench.add_argument("--clip-face", type=Path, help="face photo the clip is made of (default: --source)")
+    bench.add_argument("--streams", default="1,2,4,8", help="comma-separated stream counts (default 1,2,4,8)")
+    bench.add_argument("--seconds", type=float, default=10.0, help="seconds per run (default 10)")
+    bench.add_argument("--fps", type=float, default=30.0, help="frames per second per stream (default 30)")
+    bench.add_argument("--no-baseline", action="store_true", help="skip the Deep-Live-Cam-style loop")
+    bench.add_argument("--slots", type=int, default=2, help="in-process host: frames processed at once (default 2)")
+    bench.add_argument("--stream-inflight", type=int, default=1, help="in-process host: frames per stream at once")
+    bench.add_argument("--cpu-budget", type=float, default=2.0, help="CPU budget of the in-process models")
+    bench.add_argument("--json", type=Path, help="write the result as JSON")
+    bench.add_argument("--markdown", type=Path, help="write the result as a Markdown table")
+    _stream_options(bench)
+    add_engine_arguments(bench)
+    bench.set_defaults(run=run_bench)
+
+
+def _stream_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("stream")
+    group.add_argument("--token", help=f"API token (default: ${TOKEN_ENV})")
+    group.add_argument("--faces", dest="stream_select", choices=["all", "largest", "index"], default="all",
+                       help="which faces to swap (default all)")
+    group.add_argument("--index", dest="stream_index", type=int, default=0, help="face index for --faces index")
+    group.add_argument("--deadline-ms", type=int, default=300, help="per-frame deadline (default 300)")
+    group.add_argument("--quality", type=int, default=85, help="JPEG quality of results (default 85)")
+
+
+def _start(args: argparse.Namespace, source_id: str) -> dict[str, Any]:
+    start: dict[str, Any] = {"source_id": source_id, "select": args.stream_select, "face_index": args.stream_index,
+                             "quality": args.quality, "deadline_ms": args.deadline_ms}
+    token = args.token or os.environ.get(TOKEN_ENV)
+    if token:
+        start["token"] = token
+    return start
+
+
+def _source_id(args: argparse.Namespace, url: str) -> str:
+    if getattr(args, "source_id", None):
+        return str(args.source_id)
+    path: Path = args.source
+    if not path.is_file():
+        raise InputError(f"source image not found: {path}")
+    return register_source(http_base(url), path.read_bytes(), path.name, args.token or os.environ.get(TOKEN_ENV))
+
+
+class _Writer:
+    """Returned frames to an MP4, repeating the last one over dropped frames (never an input frame)."""
+
+    def __init__(self, path: Path, fps: float) -> None:
+        self.path, self.fps = path, fps
+        self.writer: Any = None
+        self.last_seq = -1
+        self.last: np.ndarray | None = None
+
+    def __call__(self, seq: int, image: bytes) -> None:
+        frame = cv2.imdecode(np.frombuffer(image, np.uint8), cv2.IMREAD_COLOR)
+        if frame is None:
+            return
+        if self.writer is None:
+            height, width = frame.shape[:2]
+            self.writer = cv2.VideoWriter(str(self.path), cv2.VideoWriter.fourcc(*"mp4v"), self.fps, (width, height))
+        if self.last is not None:
+            for _ in range(seq - self.last_seq - 1):
+                self.writer.write(self.last)
+        self.writer.write(frame)
+        self.last, self.last_seq = frame, seq
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.release()
+
+
+def _print_report(report: ClientReport) -> None:
+    summary = report.summary()
+    lat = summary["latency_ms"]
+    drops = ", ".join(f"{k} {v}" for k, v in summary["dropped"].items() if v) or "none"
+    print(f"sent {summary['sent']} frames, received {summary['received']} in {summary['duration_s']} s "
+          f"({summary['fps']} fps)")
+    print(f"latency (send to receive) p50 {lat['p50']} ms, p95 {lat['p95']} ms, p99 {lat['p99']} ms")
+    print(f"dropped: {drops}; highest degradation level {summary['max_level']}")
+    if report.ready.get("stand_in_models"):
+        print(f"note: the server used STAND-IN models ({', '.join(report.ready['stand_in_models'])}): not a real swap")
+
+
+def run_live(args: argparse.Namespace) -> int:
+    source = CaptureSource(args.camera if args.camera is not None else args.input, fps=args.fps)
+    seconds = args.seconds if args.seconds is not None else (10.0 if args.camera is not None else None)
+    writer = _Writer(args.output, source.fps) if args.output else None
+    try:
+        start = _start(args, _source_id(args, args.url))
+        report = asyncio.run(run_stream(args.url, start, source, seconds=seconds, on_result=writer,
+                                        blocking_source=True))
+    finally:
+        source.close()
+        if writer is not None:
+            writer.close()
+    _print_report(report)
+    if writer is not None:
+        print(f"wrote {args.output}")
+    return 0
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from fusion_ray.bench.live import make_clip, render_markdown, run_live_bench
+    from fusion_ray.engine import Engine
+    from fusion_ray.imageio import read_image
+    from fusion_ray.live.config import LiveConfig
+    from fusion_ray.live.hub import LiveHub
+    from fusion_ray.live.local import EngineBackend
+    from fusion_ray.live.localhost import LocalServer
+    from fusion_ray.live.protocol import StartMessage
+
+    if not args.swapper:
+        args.swapper = "classic"
+    counts = [int(x) for x in args.streams.split(",") if x.strip()]
+    engine = Engine.load(engine_config_from_args(args), cpu_budget=args.cpu_budget)
+    backend = EngineBackend(engine)
+    face = read_image(args.clip_face or args.source).frame
+    with tempfile.TemporaryDirectory() as tmp:
+        frames = make_clip(face, Path(tmp) / "clip.mp4")
+    baseline = None
+    if not args.no_baseline:
+        source_id = backend.add_source(read_image(args.source).frame)
+        processor = asyncio.run(backend.open(StartMessage(source_id=source_id)))
+        baseline = processor.process_sync
+    server = None
+    url = args.url
+    if url is None:
+        cfg = LiveConfig(slots=args.slots, stream_inflight=args.stream_inflight, max_streams=max(counts + [8]))
+        server = LocalServer(LiveHub(cfg, backend), backend).start()
+        url = server.ws_url
+        print(f"in-process host at {server.http_url} ({engine.cfg.swap.swapper} swapper)")
+    try:
+        start = _start(args, _source_id(args, url))
+        result = run_live_bench(url, start, frames, stream_counts=counts, seconds=args.seconds, fps=args.fps,
+                                deadline_ms=args.deadline_ms, baseline=baseline,
+                                progress=lambda what: print(f"running: {what}", flush=True))
+    finally:
+        if server is not None:
+            server.stop()
+    result["stand_in_models"] = engine.stand_in_models
+    text = render_markdown(result)
+    print(text)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    if args.markdown:
+        args.markdown.write_text(text)
+    return 0
