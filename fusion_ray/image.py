@@ -10,9 +10,11 @@ from pathlib import Path
 from fusion_ray.core.provenance import Provenance
 from fusion_ray.engine import Engine
 from fusion_ray.imageio import (
+    FORMAT_CHANGES_KEY,
     LoadedImage,
     check_writable_image_path,
     encode_image,
+    format_changes,
     read_image,
     write_bytes_atomic,
 )
@@ -77,6 +79,11 @@ def swap_image(engine: Engine, identity: SourceIdentity, target: LoadedImage, ou
         if target_path is not None and target_path.suffix.lower() == output.suffix.lower():
             write_bytes_atomic(output, target_path.read_bytes(), force=force)
             return ImageSwapResult(output, result.faces_detected, 0, result.timings_ms, engine.stand_in_models, {})
+    changes = format_changes(target, output.suffix)
+    for change in changes:
+        log.warning("%s: %s", target_path or "image", change)
+    if changes:
+        metadata[FORMAT_CHANGES_KEY] = "; ".join(changes)
     data = encode_image(result.frame, output.suffix, alpha=target.alpha, metadata=metadata)
     write_bytes_atomic(output, data, force=force)
     warning = provenance.warning(str(output))

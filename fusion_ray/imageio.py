@@ -154,6 +154,23 @@ def check_image_file(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageH
     return check_header(_read_file(path), str(path), max_pixels)
 
 
+FORMAT_CHANGES_KEY = "fusion_ray.format_changes"
+"""Output metadata key listing what writing the image changed (16-bit to 8-bit, alpha dropped)."""
+
+
+def format_changes(image: LoadedImage, output_suffix: str) -> list[str]:
+    """What writing ``image`` (swapped as BGR uint8) to ``output_suffix``'s format loses."""
+    changes = []
+    if image.source_dtype == "uint16":
+        changes.append("16-bit image written as 8-bit")
+    elif image.source_dtype.startswith("float"):
+        changes.append(f"floating-point ({image.source_dtype}) image written as 8-bit")
+    suffix = output_suffix.lower()
+    if image.alpha is not None and suffix not in ALPHA_FORMATS:
+        changes.append(f"alpha channel dropped: {suffix} has none")
+    return changes
+
+
 def check_writable_image_path(path: Path, force: bool) -> None:
     """Fail early (before any work) when the output exists or its format cannot be written."""
     path = Path(path)

@@ -15,6 +15,7 @@ from fusion_ray.imageheader import ImageTooLargeError
 from fusion_ray.imageio import (
     decode_image,
     encode_image,
+    format_changes,
     read_image,
     read_jpeg_comments,
     read_png_text,
@@ -173,3 +174,10 @@ def test_atomic_write_refuses_to_overwrite(tmp_path):
     write_bytes_atomic(out, b"two", force=True)
     assert out.read_bytes() == b"two"
     assert [p.name for p in tmp_path.iterdir()] == ["o.png"]  # no temp files left
+
+
+def test_format_changes_name_what_an_output_loses():
+    assert format_changes(decode_image(_png(np.full((4, 4, 3), 9, np.uint8))), ".png") == []
+    deep = decode_image(_png(np.full((4, 4, 4), 900, np.uint16)))
+    assert format_changes(deep, ".png") == ["16-bit image written as 8-bit"]
+    assert format_changes(deep, ".JPG") == ["16-bit image written as 8-bit", "alpha channel dropped: .jpg has none"]

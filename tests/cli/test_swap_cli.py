@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fusion_ray.cli import main
-from fusion_ray.imageio import read_image, read_png_text
+from fusion_ray.imageio import read_image, read_jpeg_comments, read_png_text
 from tests.test_imageio import huge_png, limit_memory
 
 
@@ -181,3 +181,30 @@ def test_a_huge_image_is_refused_in_one_line_under_a_memory_limit(role, tmp_path
     lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("WARNING")]
     assert lines == [f"error: {huge} is 32768x32767 = 1073709056 pixels, over the limit of 100000000 pixels"]
     assert not (tmp_path / "out.png").exists()
+
+
+@pytest.mark.parametrize("kind,suffix,change", [
+    ("16bit", ".png", "16-bit image written as 8-bit"),
+    ("alpha", ".jpg", "alpha channel dropped: .jpg has none"),
+])
+def test_format_changes_are_warned_and_recorded(kind, suffix, change, tmp_path, images_dir, model_args, capsys):
+    frame = read_image(images_dir / "obama.jpg").frame
+    image = frame.astype(np.uint16) * 257 if kind == "16bit" else np.dstack([frame, np.full(frame.shape[:2], 9, np.uint8)])
+    target = tmp_path / "target.png"
+    cv2.imwrite(str(target), image)
+    out = tmp_path / f"out{suffix}"
+    code, err = swap(["-s", str(images_dir / "biden.jpg"), "-t", str(target), "-o", str(out), *model_args], capsys)
+    assert code == 0, err
+    assert f"WARNING: {target}: {change}" in err.splitlines()
+    data = out.read_bytes()
+    recorded = read_png_text(data) if suffix == ".png" else dict(
+        c.split("=", 1) for c in read_jpeg_comments(data)[0].split("; "))
+    assert recorded["fusion_ray.format_changes"] == change
+
+
+def test_an_8_bit_target_has_no_format_change(tmp_path, images_dir, model_args, capsys):
+    out = tmp_path / "out.png"
+    code, err = swap(["-s", str(images_dir / "biden.jpg"), "-t", str(images_dir / "obama.jpg"), "-o", str(out),
+                      *model_args], capsys)
+    assert code == 0, err
+    assert "written as" not in err and "fusion_ray.format_changes" not in read_png_text(out.read_bytes())
