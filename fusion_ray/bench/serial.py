@@ -26,6 +26,7 @@ from fusion_ray.config import EngineConfig
 from fusion_ray.engine import Engine
 from fusion_ray.image import load_reference, load_sources
 from fusion_ray.models.detector import plan_input
+from fusion_ray.types import Embedding, SourceIdentity
 from fusion_ray.video import EncodeOptions, decode_all, encode_segment, join_segments, probe
 
 log = logging.getLogger(__name__)
@@ -96,9 +97,7 @@ def run_serial(video: Path, sources: Sequence[Path], cfg: EngineConfig, *, canva
     work_dir.mkdir(parents=True, exist_ok=True)
     segment = work_dir / f"serial_{canvas}_video.mp4"
     output = work_dir / f"serial_{canvas}.mp4"
-    totals: dict[str, float] = defaultdict(float)
-    counts = {"frames": 0, "detected": 0, "swapped": 0}
-    first: dict[str, float] = {}
+    tally = _LoopTally()
     with PeakMemorySampler(memory_interval_s, pss=memory_pss) as sampler:
         start = time.perf_counter()
         engine = Engine.load(cfg, cpu_budget=cpu_budget)
@@ -106,49 +105,67 @@ def run_serial(video: Path, sources: Sequence[Path], cfg: EngineConfig, *, canva
         reference = load_reference(engine)
         info = probe(video)
         setup_end = time.perf_counter()
-
-        def frames() -> Iterator[np.ndarray]:
-            decoded = decode_all(video)
-            while True:
-                t0 = time.perf_counter()
-                try:
-                    item = next(decoded)
-                except StopIteration:
-                    return
-                t1 = time.perf_counter()
-                result = engine.process_frame(item.frame, identity, reference)
-                t2 = time.perf_counter()
-                totals["decode"] += (t1 - t0) * 1000.0
-                accounted = 0.0
-                for stage, ms in result.timings_ms.items():
-                    totals[stage] += ms
-                    accounted += ms
-                totals["other"] += max(0.0, (t2 - t1) * 1000.0 - accounted)
-                counts["frames"] += 1
-                counts["detected"] += result.faces_detected
-                counts["swapped"] += result.faces_swapped
-                if counts["frames"] == 1:
-                    first["at"] = t2
-                yield result.frame
-                totals["encode"] += (time.perf_counter() - t2) * 1000.0  # the encoder ran in between
-
-        encode_segment(frames(), segment, fps=info.fps, width=info.width, height=info.height,
-                       options=encode_options)
+        encode_segment(tally.frames(engine, video, identity, reference), segment, fps=info.fps,
+                       width=info.width, height=info.height, options=encode_options)
         loop_end = time.perf_counter()
         join_segments([segment], output, fps=info.fps, audio_source=video if info.has_audio else None,
                       metadata={"comment": _comment(engine)})
         end = time.perf_counter()
     segment.unlink(missing_ok=True)
-    n = max(counts["frames"], 1)
-    stage_ms = {stage: totals[stage] / n for stage in SERIAL_STAGES if stage in totals}
     model_hw = engine.models.detector.model_hw if engine.models.detector is not None else (None, None)
     return SerialResult(
         canvas=canvas, detector_canvas_hw=plan_input((info.height, info.width), cfg.detector, model_hw).canvas_hw,
-        frames=counts["frames"], faces_detected=counts["detected"], faces_swapped=counts["swapped"],
-        wall_s=end - start, setup_s=setup_end - start, loop_s=loop_end - setup_end, finish_s=end - loop_end,
-        stage_ms=stage_ms, first_output_s=first.get("at", end) - start, intra_op_threads=_threads_of(engine),
+        frames=tally.counts["frames"], faces_detected=tally.counts["detected"],
+        faces_swapped=tally.counts["swapped"], wall_s=end - start, setup_s=setup_end - start,
+        loop_s=loop_end - setup_end, finish_s=end - loop_end, stage_ms=tally.stage_ms(),
+        first_output_s=(end if tally.first_output_at is None else tally.first_output_at) - start,
+        intra_op_threads=_threads_of(engine),
         providers=list(dict.fromkeys(p for info in engine.model_info.values() for p in info.providers)),
         memory=sampler.result)
+
+
+class _LoopTally:
+    """What the serial loop counts while the encoder pulls its frames: milliseconds per step,
+    frames and faces, and when the first processed frame came out."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = defaultdict(float)
+        self.counts = {"frames": 0, "detected": 0, "swapped": 0}
+        self.first_output_at: float | None = None
+
+    def frames(self, engine: Engine, video: Path, identity: SourceIdentity,
+               reference: Embedding | None) -> Iterator[np.ndarray]:
+        """Decode ``video`` and process each frame, timing decode, the engine's steps and the
+        encoder (which runs between two frames)."""
+        totals, counts = self.totals, self.counts
+        decoded = decode_all(video)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                item = next(decoded)
+            except StopIteration:
+                return
+            t1 = time.perf_counter()
+            result = engine.process_frame(item.frame, identity, reference)
+            t2 = time.perf_counter()
+            totals["decode"] += (t1 - t0) * 1000.0
+            accounted = 0.0
+            for stage, ms in result.timings_ms.items():
+                totals[stage] += ms
+                accounted += ms
+            totals["other"] += max(0.0, (t2 - t1) * 1000.0 - accounted)
+            counts["frames"] += 1
+            counts["detected"] += result.faces_detected
+            counts["swapped"] += result.faces_swapped
+            if counts["frames"] == 1:
+                self.first_output_at = t2
+            yield result.frame
+            totals["encode"] += (time.perf_counter() - t2) * 1000.0  # the encoder ran in between
+
+    def stage_ms(self) -> dict[str, float]:
+        """Mean milliseconds per frame of each step that ran, in ``SERIAL_STAGES`` order."""
+        n = max(self.counts["frames"], 1)
+        return {stage: self.totals[stage] / n for stage in SERIAL_STAGES if stage in self.totals}
 
 
 def _threads_of(engine: Engine) -> int:
