@@ -22,6 +22,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     "canvas; the Ray Data pipeline (Ray start-up included); and a batch-size sweep of the "
                     "batched models. Models absent from the models directory are replaced by labelled "
                     "STAND-INS, and the report says so.")
+    _add_input_arguments(parser)
+    _add_run_arguments(parser)
+    _add_sweep_arguments(parser)
+    _add_output_arguments(parser)
+    add_engine_arguments(parser)
+    _add_ray_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
     media = parser.add_argument_group("input")
     media.add_argument("--video", type=Path, help="benchmark this video (default: generate one)")
     media.add_argument("--frames", type=int, default=300, help="frames of the generated video (default 300)")
@@ -32,6 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     media.add_argument("--source", "-s", type=Path, action="append", default=[],
                        help="source face image (default: shared assets biden.jpg)")
 
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_argument_group("what to run")
     what.add_argument("--parts", default="serial,pipeline,sweep",
                       help="comma-separated parts: serial, pipeline, sweep (default: all)")
@@ -50,6 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     what.add_argument("--no-batch-dynamic", dest="batch_dynamic", action="store_false",
                       help="use fixed-batch swapper/enhancer exports as they are (default: make batch-dynamic copies)")
 
+
+def _add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     sweep = parser.add_argument_group("batch-size sweep")
     sweep.add_argument("--sweep-batches", default="1,2,4,8,16,32", help="batch sizes (default 1,2,4,8,16,32)")
     sweep.add_argument("--sweep-repeats", type=int, default=3, help="timed calls per batch size (default 3)")
@@ -60,6 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        help="which batched models to sweep: embedder, swapper, enhancer (default: all three)")
     sweep.add_argument("--sweep-threads", type=int, help="ORT threads in the sweep (default: all cores)")
 
+
+def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
     out = parser.add_argument_group("output")
     out.add_argument("--json", type=Path, help="write the results as JSON here")
     out.add_argument("--markdown", type=Path, help="write the Markdown tables here (they are also printed)")
@@ -70,13 +86,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                           "so it slows the runs: for memory checks)")
     out.add_argument("--memory-interval", type=float, default=0.5, help="memory sampling period, s (default 0.5)")
 
-    add_engine_arguments(parser)
+
+def _add_ray_arguments(parser: argparse.ArgumentParser) -> None:
     ray = parser.add_argument_group("pipeline (Ray)")
     ray.add_argument("--address", help="Ray cluster to join (default: start a local Ray inside the timed region)")
     ray.add_argument("--ray-num-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
     ray.add_argument("--pipeline-config", type=Path, help="pipeline YAML (default: configs/pipeline.yaml defaults)")
     ray.add_argument("--progress-bars", action="store_true", help="show Ray Data's progress bars")
-    parser.set_defaults(run=run)
 
 
 def _size(text: str) -> tuple[int, int]:
