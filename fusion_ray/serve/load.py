@@ -11,7 +11,6 @@ batch seen (from ``/metrics``). Loopback only; nothing here prints (the CLI does
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import os
 import statistics
 import time
@@ -24,6 +23,7 @@ import numpy as np
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.errors import ConfigError, InputError
+from fusion_ray.serve.auth import is_loopback
 from fusion_ray.serve.metrics import parse_exposition
 from fusion_ray.serve.settings import parse_settings
 
@@ -59,15 +59,6 @@ class LoadPlan:
         for path in (self.target, self.source):
             if not Path(path).is_file():
                 raise InputError(f"file not found: {path}")
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass

@@ -9,9 +9,14 @@ are additive, so snapshots from any number of replicas merge exactly.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
 
 LATENCY_BUCKETS_S: tuple[float, ...] = (
     0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
@@ -109,6 +114,39 @@ class MetricsRecorder:
     def take(self) -> Snapshot:
         snap, self._snap = self._snap, Snapshot()
         return snap
+
+
+class MetricsBuffer(MetricsRecorder):
+    """A replica's recorder that hands its snapshot to ``sink`` at most every ``interval_s``.
+
+    ``maybe_flush()`` (after each request) starts a background flush when the interval has
+    passed and none is running; ``flush()`` sends now. A failing sink is logged, never raised:
+    metrics must not fail a request.
+    """
+
+    def __init__(self, sink: Callable[[Snapshot], Awaitable[object]], interval_s: float = 0.5) -> None:
+        super().__init__()
+        self.sink = sink
+        self.interval_s = interval_s
+        self._last = time.monotonic()
+        self._running: asyncio.Task[None] | None = None
+
+    async def flush(self) -> None:
+        self._last = time.monotonic()
+        snap = self.take()
+        if snap.empty():
+            return
+        try:
+            await self.sink(snap)
+        except Exception:
+            log.exception("could not hand the metrics over")
+
+    def maybe_flush(self) -> None:
+        if time.monotonic() - self._last < self.interval_s:
+            return
+        if self._running is None or self._running.done():
+            self._last = time.monotonic()
+            self._running = asyncio.ensure_future(self.flush())
 
 
 class MetricsStore:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fusion_ray.serve.limits import ApiError
+from fusion_ray.serve.forms import Form, Part
+from fusion_ray.serve.images import ImageHeader, check_image
+from fusion_ray.serve.limits import ApiError, clip
 
 API_VERSION = "v1"
 STAND_IN_HEADER = "X-Fusion-Ray-Stand-In"
@@ -69,17 +72,80 @@ class Health(BaseModel):
 
 class Readiness(BaseModel):
     status: Literal["ready", "not_ready"]
-    deployments: dict[str, str] = Field(description="State of each deployment: ready, or why not.")
-    models: dict[str, str] = Field(default_factory=dict, description="Model name -> loaded file.")
+    deployments: dict[str, str] = Field(description="State of each deployment: ready, or why not (in generic "
+                                        "terms; with the API token also the error type).")
+    models: dict[str, str] = Field(default_factory=dict,
+                                   description="Model name -> 'loaded'; with the API token, the loaded file.")
     stand_in_models: list[str] = Field(default_factory=list)
 
 
+# ------------------------------------------------------------------ request forms
+def _unknown(form: Form, known: set[str], hint: str = "") -> None:
+    unknown = sorted(form.names() - known)
+    if unknown:
+        shown = [clip(name) for name in unknown[:8]] + (["..."] if len(unknown) > 8 else [])
+        raise ApiError(422, "invalid_field", f"unknown field(s) {shown}{hint}")
+
+
+def image_name(kind: str, part: Part, i: int) -> str:
+    """How an uploaded image is named in error messages (its file name, clipped, else its position)."""
+    return f"{kind} {clip(part.filename) if part.filename else f'#{i + 1}'}"
+
+
+def check_sources(parts: list[Part], max_pixels: int) -> list[ImageHeader]:
+    return [check_image(p.data, image_name("source image", p, i), max_pixels) for i, p in enumerate(parts)]
+
+
+@dataclass(frozen=True)
+class SwapRequest:
+    """A checked ``POST /v1/swap`` form: options, the target and source images and their headers."""
+
+    options: SwapOptions
+    target: Part
+    target_header: ImageHeader
+    sources: list[Part]
+    source_headers: list[ImageHeader]
+
+    @classmethod
+    def from_form(cls, form: Form, max_pixels: int, enhancer: bool) -> SwapRequest:
+        _unknown(form, {"target", "source", *SwapOptions.model_fields})
+        options = SwapOptions.from_fields(form.text_fields())
+        target = form.file("target")
+        if target is None:
+            raise ApiError(422, "missing_field", "the 'target' image is required")
+        sources = form.files("source")
+        if options.source_id and sources:
+            raise ApiError(422, "invalid_field", "give either source_id or source image(s), not both")
+        if not options.source_id and not sources:
+            raise ApiError(422, "missing_field", "a source is required: source_id or source image(s)")
+        if options.enhance and not enhancer:
+            raise ApiError(422, "enhance_unavailable", "this service runs without the enhancer")
+        return cls(options, target, check_image(target.data, "target image", max_pixels), sources,
+                   check_sources(sources, max_pixels))
+
+
+def sources_form(form: Form, max_pixels: int) -> tuple[list[Part], list[ImageHeader]]:
+    """The checked images of a ``POST /v1/sources`` form."""
+    _unknown(form, {"image"}, "; send the images as 'image'")
+    parts = form.files("image")
+    return parts, check_sources(parts, max_pixels)
+
+
 def _file_field(description: str) -> dict[str, Any]:
-    return {"type": "string", "format": "binary", "description": description}
+    # contentMediaType: how OpenAPI 3.1 (and FastAPI's UploadFile) declares a file; format: binary
+    # is the 3.0 spelling that older client generators look for.
+    return {"type": "string", "format": "binary", "contentMediaType": "application/octet-stream",
+            "description": description}
+
+
+def _form(title: str, required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
+    return {"required": True, "content": {"multipart/form-data": {"schema": {
+        "title": title, "type": "object", "required": required, "properties": properties}}}}
 
 
 def swap_request_schema() -> dict[str, Any]:
-    """OpenAPI requestBody of POST /v1/swap (the body is parsed by the ingress, not by FastAPI)."""
+    """OpenAPI requestBody of POST /v1/swap: the ingress parses the body itself (under its byte cap
+    and receive deadline), so FastAPI learns the form's fields from this declaration."""
     properties: dict[str, Any] = {
         "target": _file_field("Target image (PNG, JPEG, WebP or BMP)."),
         "source": {"type": "array", "items": _file_field("Source face image."),
@@ -87,16 +153,14 @@ def swap_request_schema() -> dict[str, Any]:
     }
     for name, spec in SwapOptions.model_json_schema()["properties"].items():
         properties[name] = spec
-    return {"required": True, "content": {"multipart/form-data": {"schema": {
-        "type": "object", "required": ["target"], "properties": properties}}}}
+    return _form("SwapForm", ["target"], properties)
 
 
 def sources_request_schema() -> dict[str, Any]:
-    return {"required": True, "content": {"multipart/form-data": {"schema": {
-        "type": "object", "required": ["image"],
-        "properties": {"image": {"type": "array", "items": _file_field("Source face image."),
-                                 "description": "One or more images of the same person (the largest face of each)."}},
-    }}}}
+    """OpenAPI requestBody of POST /v1/sources."""
+    return _form("SourcesForm", ["image"], {
+        "image": {"type": "array", "items": _file_field("Source face image."),
+                  "description": "One or more images of the same person (the largest face of each)."}})
 
 
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:

@@ -114,13 +114,27 @@ class LimitsSettings(_Settings):
         description="Requests the ingress works on at once, per replica; more get 503 with Retry-After. "
         "Memory per ingress replica stays below about max_inflight x (2 x max_body_bytes + 6 x 3 x max_pixels) "
         "bytes (the body and its parts, and the decoded frames a request holds at once).")
+    max_uploads: int = Field(
+        default=32, ge=1,
+        description="Request bodies being received at once, per ingress replica; more get 503 with Retry-After. "
+        "A request takes an in-flight slot only once its body is complete, so slow uploads cannot lock "
+        "compute out.")
+    max_uploads_per_client: int = Field(
+        default=8, ge=1, description="Request bodies being received at once from one client address (503 above).")
     retry_after_s: int = Field(default=1, ge=0, description="Retry-After (seconds) sent with 503 answers.")
     stage_timeout_s: float = Field(default=60.0, gt=0.0, description="Longest wait for one downstream stage (504).")
     receive_timeout_s: float = Field(
         default=30.0, gt=0.0,
         description="Longest time to receive a whole request body (408 after it): a slow or stalled upload "
-        "would otherwise hold an in-flight slot. Bodies of max_body_bytes need at least "
+        "would otherwise hold an upload slot. Bodies of max_body_bytes need at least "
         "max_body_bytes / receive_timeout_s bytes per second.")
+
+    @model_validator(mode="after")
+    def _per_client(self) -> LimitsSettings:
+        if self.max_uploads_per_client > self.max_uploads:
+            raise ValueError(f"max_uploads_per_client ({self.max_uploads_per_client}) is above max_uploads "
+                             f"({self.max_uploads})")
+        return self
 
 
 class AuthSettings(_Settings):
@@ -131,6 +145,10 @@ class AuthSettings(_Settings):
         description="Environment variable (read in the ingress replica) holding the token.")
     token: str | None = Field(
         default=None, description="The token itself (prefer token_env; a token here is stored in the Serve config).")
+    metrics_public: bool | None = Field(
+        default=None,
+        description="Serve /metrics without the token. null: only on a loopback listen address (127.0.0.1, ::1, "
+        "localhost); with any other bind, /metrics needs the token like /v1.")
 
     def resolve_token(self, environ: dict[str, str] | None = None) -> str | None:
         """The configured token, else the environment variable's value, else None (auth off)."""
@@ -165,10 +183,11 @@ class ServeSettings(_Settings):
             raise ValueError("the service does not support selection mode 'reference'; "
                              "use all, largest or index")
         ingress = self.deployments.ingress
-        if ingress.max_ongoing_requests is not None and ingress.max_ongoing_requests <= self.limits.max_inflight:
+        admitted = self.limits.max_inflight + self.limits.max_uploads
+        if ingress.max_ongoing_requests is not None and ingress.max_ongoing_requests <= admitted:
             raise ValueError(
                 f"deployments.ingress.max_ongoing_requests ({ingress.max_ongoing_requests}) must exceed "
-                f"limits.max_inflight ({self.limits.max_inflight}) so that excess requests reach the "
+                f"limits.max_inflight + limits.max_uploads ({admitted}) so that excess requests reach the "
                 "ingress and get a 503 with Retry-After instead of waiting in Serve's queue")
         for name, batch in (("swapper", self.batching.swap), ("enhancer", self.batching.enhance)):
             dep: DeploymentSettings = getattr(self.deployments, name)
@@ -193,7 +212,7 @@ class ServeSettings(_Settings):
 
     def ingress_max_ongoing(self) -> int:
         dep = self.deployments.ingress.max_ongoing_requests
-        return dep if dep is not None else self.limits.max_inflight + 16
+        return dep if dep is not None else self.limits.max_inflight + self.limits.max_uploads + 16
 
     def with_batch_size(self, size: int) -> ServeSettings:
         """These settings with every batched method at ``size`` (1 = batching off)."""

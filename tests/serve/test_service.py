@@ -12,6 +12,7 @@ tolerance of one grey level.)
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 import threading
 import time
@@ -34,6 +35,8 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 MAX_INFLIGHT = 6
 MAX_BODY = 3_000_000
 MAX_PIXELS = 4_000_000
+MAX_UPLOADS = 30
+MAX_UPLOADS_PER_CLIENT = 8  # at least the concurrency the tests send from 127.0.0.1 at once
 STAND_INS = "arcface_w600k_r50,inswapper_128"
 
 
@@ -57,13 +60,14 @@ def service(ray_cluster, models_config):
                      "embed": {"max_batch_size": 4, "batch_wait_timeout_s": 0.01},
                      "enhance": {"max_batch_size": 2, "batch_wait_timeout_s": 0.01},
                      "adaptive_wait": False},  # always wait: batching is then certain (policy: test_units)
-        "deployments": {"ingress": {"num_cpus": 0.2, "max_ongoing_requests": 32, "max_queued_requests": 16},
+        "deployments": {"ingress": {"num_cpus": 0.2, "max_ongoing_requests": 48, "max_queued_requests": 16},
                         "detector": {"num_cpus": 0.2, "max_ongoing_requests": 4, "max_queued_requests": 16},
                         "swapper": {"num_cpus": 0.2, "max_queued_requests": 16},
                         "enhancer": {"num_cpus": 0.1, "max_queued_requests": 16},
                         "state": {"num_cpus": 0.05}},
         "limits": {"max_body_bytes": MAX_BODY, "max_pixels": MAX_PIXELS, "max_inflight": MAX_INFLIGHT,
-                   "retry_after_s": 2, "max_source_images": 3},
+                   "retry_after_s": 2, "max_source_images": 3, "max_uploads": MAX_UPLOADS,
+                   "max_uploads_per_client": MAX_UPLOADS_PER_CLIENT},
         "auth": {"token": TOKEN, "token_env": None},
         "sources": {"max_count": 3},
     }
@@ -86,8 +90,7 @@ def engine(models_config):
 def variant(engine: Engine, **updates) -> Engine:
     """The loaded engine's models under a different config (selection, enhancement)."""
     cfg = engine.cfg.model_copy(update=updates)
-    return Engine(cfg, detector=engine.detector, embedder=engine.embedder, swapper=engine.inswapper,
-                  enhancer=engine.enhancer, model_info=engine.model_info)
+    return Engine(cfg, engine.models)
 
 
 @pytest.fixture(scope="module")
@@ -158,10 +161,18 @@ def test_health_readiness_and_openapi(service):
     assert set(body["deployments"]) == {"Detector", "Swapper", "Enhancer", "ServiceState"}
     assert body["stand_in_models"] == ["arcface_w600k_r50", "gfpgan_1.4", "inswapper_128"]
     assert "scrfd_2.5g" in body["models"]
+    assert set(body["models"].values()) == {"loaded"} and "/" not in ready.text  # no token: no paths
+    detailed = requests.get(f"{service}/readyz", headers=AUTH, timeout=30).json()
+    assert detailed["models"]["scrfd_2.5g"].endswith(".onnx") and "/" in detailed["models"]["scrfd_2.5g"]
     spec = requests.get(f"{service}/openapi.json", timeout=10).json()
     swap_spec = spec["paths"]["/v1/swap"]["post"]
     schema = swap_spec["requestBody"]["content"]["multipart/form-data"]["schema"]
     assert schema["required"] == ["target"] and {"source_id", "source", "select", "enhance", "strict"} <= set(schema["properties"])
+    assert {"target", "source", "source_id", "select", "face_index", "enhance", "blend", "format", "jpeg_quality",
+            "strict"} == set(schema["properties"])
+    assert schema["properties"]["target"]["format"] == "binary"
+    image = spec["paths"]["/v1/sources"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+    assert image["required"] == ["image"] and image["properties"]["image"]["items"]["format"] == "binary"
     assert {"/v1/sources", "/v1/sources/{source_id}", "/healthz", "/readyz", "/metrics"} <= set(spec["paths"])
     assert "HTTPBearer" in spec["components"]["securitySchemes"]
     assert "text/html" in requests.get(f"{service}/docs", timeout=10).headers["content-type"]
@@ -343,27 +354,79 @@ def _wait_until(predicate, timeout_s: float = 30.0) -> bool:
     return False
 
 
-def test_requests_beyond_the_inflight_limit_get_503_then_the_service_recovers(service, photos):
-    """Deterministic: MAX_INFLIGHT requests hold their slots by sending half a body and stalling."""
+def _uploads(base: str) -> float:
+    return sum(v for _, v in metrics(base)["fusion_ray_uploads_in_progress"])
+
+
+def _stalled_upload(base: str, source_address: str) -> socket.socket:
+    """A connection that sends the headers and about 150 bytes of a 100 kB body, then stalls."""
+    host, port = base.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=30, source_address=(source_address, 0))
+    head = (f"POST /v1/swap HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
+            "Content-Type: multipart/form-data; boundary=xyz\r\nContent-Length: 100000\r\n\r\n")
+    part = b'--xyz\r\nContent-Disposition: form-data; name="target"; filename="t.png"\r\n\r\n'
+    sock.sendall(head.encode() + part + b"x" * (150 - len(part)))
+    return sock
+
+
+def test_stalled_uploads_do_not_take_compute_slots(service, photos):
+    """24 stalled uploads (from 24 loopback addresses: the per-client bound does not apply) hold
+    upload slots only; a normal swap still gets 200. Before the fix, 6 of them took every in-flight slot."""
     obama_id = register(service, photos["obama"]).json()["source_id"]  # the store is tiny: a fresh id
-    host, port = service.removeprefix("http://").split(":")
     stalled = []
     try:
-        for _ in range(MAX_INFLIGHT):
-            sock = socket.create_connection((host, int(port)), timeout=30)
-            head = (f"POST /v1/swap HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
-                    "Content-Type: multipart/form-data; boundary=xyz\r\nContent-Length: 100000\r\n\r\n")
-            sock.sendall(head.encode() + b"--xyz\r\n")
-            stalled.append(sock)
-        assert _wait_until(lambda: _inflight(service) == MAX_INFLIGHT), "stalled requests did not take their slots"
-        refused = swap(service, photos["biden"], source_id=obama_id)
-        body = assert_error(refused, 503, "overloaded")
-        assert refused.headers["Retry-After"] == "2" and "limit" in body["detail"]
+        for i in range(24):
+            stalled.append(_stalled_upload(service, f"127.0.1.{i + 1}"))
+        assert _wait_until(lambda: _uploads(service) == 24), "the stalled uploads did not arrive"
+        assert _inflight(service) == 0
+        response = swap(service, photos["biden"], source_id=obama_id)
+        assert response.status_code == 200, response.text
     finally:
         for sock in stalled:
             sock.close()
-    assert _wait_until(lambda: _inflight(service) == 0), "slots were not released after the clients left"
+    assert _wait_until(lambda: _uploads(service) == 0), "upload slots were not released after the clients left"
+
+
+def test_uploads_beyond_the_per_client_limit_get_503_then_the_service_recovers(service, photos):
+    """Deterministic: one address holds its MAX_UPLOADS_PER_CLIENT upload slots by stalling; its next
+    upload is a 503 with Retry-After, other addresses are served, and the slots free when it leaves."""
+    obama_id = register(service, photos["obama"]).json()["source_id"]
+    greedy = "127.0.0.2"
+    stalled = []
+    try:
+        for _ in range(MAX_UPLOADS_PER_CLIENT):
+            stalled.append(_stalled_upload(service, greedy))
+        assert _wait_until(lambda: _uploads(service) == MAX_UPLOADS_PER_CLIENT), "stalled uploads took no slots"
+        one_more = _stalled_upload(service, greedy)
+        stalled.append(one_more)
+        reply = http.client.HTTPResponse(one_more)  # answered at once, before its body is read
+        reply.begin()
+        assert reply.status == 503 and reply.getheader("Retry-After") == "2"
+        body = json.loads(reply.read())
+        assert body["error"] == "overloaded" and "limit" in body["detail"]
+        assert swap(service, photos["biden"], source_id=obama_id).status_code == 200  # another address
+    finally:
+        for sock in stalled:
+            sock.close()
+    assert _wait_until(lambda: _uploads(service) == 0), "slots were not released after the clients left"
+    assert _inflight(service) == 0
     assert swap(service, photos["biden"], source_id=obama_id).status_code == 200
+    rejected = metrics(service)["fusion_ray_rejected_total"]
+    assert any(lab.get("reason") == "client_upload_limit" and v >= 1 for lab, v in rejected)
+
+
+def test_echoed_names_and_ids_are_clipped(service, photos, obama_id):
+    long_name = "n" * 3000
+    response = requests.post(f"{service}/v1/swap", files=[("target", ("t.jpg", photos["biden"]))],
+                             data={"source_id": obama_id, long_name: "1"}, headers=AUTH, timeout=60)
+    body = assert_error(response, 422, "invalid_field")
+    assert len(response.content) < 300 and "\u2026" in body["detail"]
+    huge = requests.post(f"{service}/v1/swap", files=[("target", ("t.jpg", photos["biden"]))],
+                         data={"source_id": obama_id, "n" * 1_000_000: "1"}, headers=AUTH, timeout=60)
+    assert huge.status_code in (400, 422) and len(huge.content) < 300
+    missing = requests.get(f"{service}/v1/sources/{'i' * 3000}", headers=AUTH, timeout=10)
+    assert_error(missing, 404, "unknown_source")
+    assert len(missing.content) < 300
 
 
 def test_a_burst_gets_some_503s_the_rest_succeed_and_the_service_recovers(service, photos):
@@ -381,6 +444,7 @@ def test_a_burst_gets_some_503s_the_rest_succeed_and_the_service_recovers(servic
     assert set(statuses) <= {200, 503}, statuses
     assert statuses.count(503) >= 1 and statuses.count(200) >= 1, statuses
     assert all(r.headers.get("Retry-After") == "2" for r in responses if r.status_code == 503)
+    assert all("limit" in r.text for r in responses if r.status_code == 503), [r.text for r in responses]
     peak = [v for _, v in metrics(service)["fusion_ray_inflight_peak"]]
     assert peak == [MAX_INFLIGHT]  # bounded: never more than the limit at once
     assert _wait_until(lambda: _inflight(service) == 0)

@@ -14,16 +14,17 @@ import yaml
 from urllib3 import encode_multipart_formdata
 
 from fusion_ray.errors import ConfigError
+from fusion_ray.imageheader import read_image_header
+from fusion_ray.serve.forms import parse_multipart, read_form
+from fusion_ray.serve.images import check_image
 from fusion_ray.serve.limits import (
     ApiError,
     InflightLimiter,
     Overloaded,
+    Refused,
+    UploadLimiter,
     check_content_length,
-    check_image,
-    parse_multipart,
-    read_capped,
-    read_capped_within,
-    read_image_header,
+    clip,
 )
 from fusion_ray.serve.metrics import (
     MetricsRecorder,
@@ -44,11 +45,16 @@ from fusion_ray.types import SourceIdentity
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
 def forged_png(width: int, height: int) -> bytes:
-    """A PNG signature and IHDR claiming width x height, and nothing else (a bomb's header)."""
+    """A PNG signature, an IHDR claiming width x height, an empty IDAT and IEND (a bomb's header:
+    a real bomb has its chunk stream too, and Pillow reads on to the first IDAT)."""
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
-    return b"\x89PNG\r\n\x1a\n" + chunk
+    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", ihdr) + _png_chunk(b"IDAT", b"")
+            + _png_chunk(b"IEND", b""))
 
 
 # ------------------------------------------------------------------ image headers
@@ -126,32 +132,44 @@ def test_content_length_checks():
     assert err.value.status == 400
 
 
-def test_streamed_bytes_are_counted():
-    async def chunks(n: int, size: int):
-        for _ in range(n):
-            yield b"x" * size
+def _chunks(body: bytes, size: int):
+    async def gen():
+        for i in range(0, len(body), size):
+            yield body[i:i + size]
+    return gen()
 
-    assert len(asyncio.run(read_capped(chunks(4, 100), 400))) == 400
+
+def test_streamed_bytes_are_counted():
+    body, ctype = encode_multipart_formdata([("target", ("t.png", b"x" * 300, "image/png"))])
+    form = asyncio.run(read_form(_chunks(body, 100), ctype, max_bytes=len(body), timeout_s=30, max_parts=4))
+    assert form.file("target").data == b"x" * 300
     with pytest.raises(ApiError) as err:
-        asyncio.run(read_capped(chunks(5, 100), 400))
+        asyncio.run(read_form(_chunks(body, 100), ctype, max_bytes=len(body) - 1, timeout_s=30, max_parts=4))
     assert err.value.status == 413
+    garbage = [b"x" * 100] * 5  # not multipart at all, and over the cap: 413 first (as a chunked upload gets)
+    with pytest.raises(ApiError) as err:
+        asyncio.run(read_form(_chunks(b"".join(garbage), 100), ctype, max_bytes=400, timeout_s=30, max_parts=4))
+    assert err.value.status == 413
+    with pytest.raises(ApiError) as err:  # within the cap: the parse error
+        asyncio.run(read_form(_chunks(b"".join(garbage), 100), ctype, max_bytes=1000, timeout_s=30, max_parts=4))
+    assert err.value.status == 400
 
 
 def test_a_stalled_body_is_408_instead_of_holding_its_slot():
+    body, ctype = encode_multipart_formdata([("strict", "true")])
+
     async def stalled():
-        yield b"x" * 10
+        yield body[:10]
         await asyncio.Event().wait()  # the client sends nothing more but keeps the connection
         yield b"never"
 
-    async def whole():
-        yield b"x" * 10
-
     with pytest.raises(ApiError) as err:
-        asyncio.run(read_capped_within(stalled(), 400, timeout_s=0.05))
+        asyncio.run(read_form(stalled(), ctype, max_bytes=400, timeout_s=0.05, max_parts=4))
     assert err.value.status == 408 and err.value.code == "receive_timeout"
-    assert asyncio.run(read_capped_within(whole(), 400, timeout_s=30)) == b"x" * 10
+    form = asyncio.run(read_form(_chunks(body, 7), ctype, max_bytes=400, timeout_s=30, max_parts=4))
+    assert form.text_fields() == {"strict": "true"}
     with pytest.raises(ApiError) as err:  # the size cap still applies
-        asyncio.run(read_capped_within(whole(), 5, timeout_s=30))
+        asyncio.run(read_form(_chunks(body, 7), ctype, max_bytes=5, timeout_s=30, max_parts=4))
     assert err.value.status == 413
 
 
@@ -429,6 +447,7 @@ def test_lost_replicas_are_503_and_failed_stages_500_without_the_remote_tracebac
 def test_the_ingress_reads_bodies_within_receive_timeout():
     class StalledRequest:
         headers = {"content-type": "multipart/form-data; boundary=b"}
+        client = None
 
         async def stream(self):
             yield b"--b\r\n"
@@ -483,3 +502,155 @@ def test_adaptive_wait_skips_the_window_only_when_arrivals_are_sparse():
     assert last == 0.015
     off = AdaptiveWait(0.015, enabled=False)
     assert [off.arrival(t) for t in (0.0, 1.0, 2.0)] == [0.015] * 3
+
+
+# ------------------------------------------------------------------ uploads
+def test_upload_limiter_bounds_all_uploads_and_each_client():
+    uploads = UploadLimiter(3, per_client=2, retry_after_s=4)
+    with uploads.slot("10.0.0.1"), uploads.slot("10.0.0.1"):
+        with pytest.raises(Refused) as err, uploads.slot("10.0.0.1"):
+            pass
+        assert err.value.status == 503 and err.value.headers == {"Retry-After": "4"}
+        assert err.value.reason == "client_upload_limit" and "address" in err.value.detail
+        with uploads.slot("10.0.0.2"):
+            with pytest.raises(Refused) as err, uploads.slot("10.0.0.3"):
+                pass
+            assert err.value.reason == "upload_limit" and "limit of 3 uploads" in err.value.detail
+    assert uploads.active == 0 and uploads.by_client == {}
+    with pytest.raises(RuntimeError), uploads.slot("10.0.0.1"):
+        raise RuntimeError("boom")
+    assert uploads.active == 0
+    assert isinstance(Overloaded(1, 1), Refused) and Overloaded(1, 1).reason == "inflight_limit"
+
+
+def test_upload_settings_fit_the_ingress_concurrency():
+    with pytest.raises(ConfigError, match="max_uploads_per_client"):
+        parse_settings({"limits": {"max_uploads": 2, "max_uploads_per_client": 3}})
+    with pytest.raises(ConfigError, match="max_inflight \\+ limits.max_uploads"):
+        parse_settings({"deployments": {"ingress": {"max_ongoing_requests": 40}},
+                        "limits": {"max_inflight": 16, "max_uploads": 24}})
+    settings = parse_settings({"deployments": {"ingress": {"max_ongoing_requests": None}}})
+    assert settings.ingress_max_ongoing() > settings.limits.max_inflight + settings.limits.max_uploads
+
+
+# ------------------------------------------------------------ echoed input
+def test_long_client_text_is_clipped_before_it_is_echoed():
+    from fusion_ray.serve.schemas import SwapRequest
+
+    assert clip("abc") == "abc" and clip("x" * 65) == "x" * 64 + "\u2026"
+    body, ctype = encode_multipart_formdata([("n" * 1_000_000, "1")])  # over python-multipart's header cap
+    with pytest.raises(ApiError) as err:
+        parse_multipart(body, ctype)
+    assert err.value.code == "malformed_multipart" and len(err.value.detail) < 200
+    name = "n" * 3000  # within the 4 KB part-header cap
+    body, ctype = encode_multipart_formdata([("target", ("t.png", forged_png(4, 3), "image/png")), (name, "1")])
+    with pytest.raises(ApiError) as err:
+        SwapRequest.from_form(parse_multipart(body, ctype), max_pixels=100, enhancer=True)
+    assert err.value.code == "invalid_field" and len(err.value.detail) < 200
+    body, ctype = encode_multipart_formdata([(name, "1"), (name, "2")])
+    with pytest.raises(ApiError) as err:
+        parse_multipart(body, ctype).file(name)
+    assert len(err.value.detail) < 200
+    body, ctype = encode_multipart_formdata([("source", ("f" * 3000 + ".jpg", b"text", "image/jpeg")),
+                                             ("target", ("t.png", forged_png(4, 3), "image/png"))])
+    with pytest.raises(ApiError) as err:
+        SwapRequest.from_form(parse_multipart(body, ctype), max_pixels=100, enhancer=True)
+    assert err.value.status == 415 and len(err.value.detail) < 200
+
+
+# ------------------------------------------------------------ access to ops endpoints
+def test_metrics_are_public_only_on_loopback_unless_configured():
+    from fusion_ray.serve.auth import BearerAuth, metrics_public
+
+    for host in ("127.0.0.1", "::1", "localhost", "127.0.0.2", "[::1]"):
+        assert metrics_public(None, host), host
+    for host in ("0.0.0.0", "10.1.2.3", "example.com", "", None):
+        assert not metrics_public(None, host), host
+    assert metrics_public(True, "10.1.2.3") and not metrics_public(False, "127.0.0.1")
+    auth = BearerAuth("s3cret")
+    assert auth.valid("s3cret") and not auth.valid("s3cre") and not auth.valid(None) and not auth.valid("")
+    with pytest.raises(ApiError) as err:
+        auth.check("nope")
+    assert err.value.status == 401 and err.value.headers == {"WWW-Authenticate": "Bearer"}
+    assert BearerAuth(None).valid(None)
+
+
+def test_the_metrics_route_needs_the_token_off_loopback():
+    from starlette.requests import Request
+
+    from fusion_ray.serve.app import create_api
+
+    core = _core_with({"auth": {"token": "t0k", "token_env": None}})
+    route = next(r for r in create_api(core).routes if getattr(r, "path", "") == "/metrics")
+    request = Request({"type": "http", "method": "GET", "path": "/metrics", "headers": [],
+                       "server": ("10.0.0.5", 8000)})
+    with pytest.raises(ApiError) as err:
+        asyncio.run(route.endpoint(request, None))  # type: ignore[attr-defined]
+    assert err.value.status == 401
+    core.authorise_metrics("t0k", "10.0.0.5")  # the token opens it
+    core.authorise_metrics(None, "127.0.0.1")  # loopback: public
+    public = _core_with({"auth": {"token": "t0k", "token_env": None, "metrics_public": True}})
+    public.authorise_metrics(None, "10.0.0.5")
+
+
+def test_readiness_without_the_token_names_no_paths_or_errors():
+    from fusion_ray.engine import ModelInfo
+    from fusion_ray.serve.ops import readiness
+
+    info = {"scrfd_2.5g": ModelInfo(name="scrfd_2.5g", path="/srv/models/scrfd.onnx", status="loaded",
+                                    providers=("CPUExecutionProvider",), stand_in=False)}
+
+    async def loaded():
+        return info
+
+    async def broken():
+        raise RuntimeError("/srv/models/secret.onnx: bad")
+
+    probes = {"Detector": loaded, "Swapper": broken}
+    public = asyncio.run(readiness(probes, detailed=False))
+    assert public.status == "not_ready" and public.deployments == {"Detector": "ready", "Swapper": "failed"}
+    assert public.models == {"scrfd_2.5g": "loaded"} and "/srv" not in public.model_dump_json()
+    detailed = asyncio.run(readiness(probes, detailed=True))
+    assert detailed.models == {"scrfd_2.5g": "/srv/models/scrfd.onnx"}
+    assert detailed.deployments["Swapper"] == "failed (RuntimeError)"
+
+
+# ------------------------------------------------------------ OpenAPI
+def test_openapi_declares_the_multipart_fields():
+    from fusion_ray.serve.app import create_api
+    from fusion_ray.serve.schemas import SwapOptions
+
+    spec = create_api(_core()).openapi()
+
+    def form(path: str) -> dict:
+        body = spec["paths"][path]["post"]["requestBody"]
+        assert body["required"] is True
+        return body["content"]["multipart/form-data"]["schema"]
+
+    swap = form("/v1/swap")
+    assert swap["required"] == ["target"]
+    assert set(swap["properties"]) == {"target", "source", *SwapOptions.model_fields}
+    assert {"source_id", "select", "face_index", "enhance", "blend", "format", "jpeg_quality",
+            "strict"} <= set(swap["properties"])
+    assert swap["properties"]["target"]["format"] == "binary"
+    assert swap["properties"]["source"]["items"]["contentMediaType"] == "application/octet-stream"
+    assert swap["properties"]["select"]["anyOf"][0]["enum"] == ["all", "largest", "index"]
+    sources = form("/v1/sources")
+    assert sources["required"] == ["image"] and sources["properties"]["image"]["type"] == "array"
+    assert sources["properties"]["image"]["items"]["format"] == "binary"
+
+
+def _core_with(args):
+    from fusion_ray.serve.ingress import IngressCore
+
+    threads = cv2.getNumThreads()
+    core = IngressCore(parse_settings(args), None, None, None, None)
+    cv2.setNumThreads(threads)
+    return core
+
+
+# ------------------------------------------------------------ packaged config
+def test_the_packaged_default_config_equals_configs_serve_yaml():
+    from fusion_ray.cli.serve import default_config
+
+    assert default_config().read_bytes() == (REPO / "configs" / "serve.yaml").read_bytes()
