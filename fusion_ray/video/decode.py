@@ -144,7 +144,22 @@ def _decode(path: Path, segment: Segment | None, *, seek_to: float | None, threa
 
 
 def _frames(container: Any, stream: Any) -> Iterator[Any]:
-    """Decoded frames of `stream`, flushing the decoder at the end of the file."""
+    """Decoded frames of `stream`, flushing the decoder at the end of the file.
+
+    Incomplete (corrupt-flagged) packets at the very end of the file, where a truncated file
+    was cut, are left out as its plan leaves them out (``segments.index_packets``): no decoder
+    can decode them, and a frame-threaded decoder that is sent one loses frames still in flight.
+    """
+    held: list[Any] = []  # corrupt packets, decoded only once a packet follows them
     for packet in container.demux(stream):
+        if packet.size and packet.is_corrupt:
+            held.append(packet)
+            continue
+        if packet.size:
+            for corrupt in held:
+                yield from corrupt.decode()
+        elif held:
+            logger.warning("left out %d incomplete video packet(s) at the end of the file", len(held))
+        held.clear()
         # PyAV ends demux with an empty packet; decoding it flushes the decoder.
         yield from packet.decode()

@@ -54,6 +54,12 @@ class VideoInfo:
     audio_duration_s: float | None
     metadata: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
     """Container-level metadata tags (e.g. 'comment', 'encoder')."""
+    declared_frames: int = 0
+    """The container's own sample count (0 when it declares none: Matroska, MPEG-TS). It
+    includes the frames an edit list hides, and the frames a truncated file has lost."""
+    declared_duration_s: float | None = None
+    """The video stream's own duration (or its DURATION tag); None when it declares none.
+    With an edit list it is the edited (shown) duration."""
 
     @property
     def size_wh(self) -> tuple[int, int]:
@@ -121,7 +127,7 @@ def probe(path: str | Path) -> VideoInfo:
         fps = choose_fps(stream.average_rate, stream.guessed_rate, path)
         if ctx.width <= 0 or ctx.height <= 0:
             raise VideoError(f"video stream of {path} has no frame size")
-        frame_count = int(stream.frames or 0)
+        declared_frames = frame_count = int(stream.frames or 0)
         if frame_count <= 0:
             try:
                 frame_count = count_video_packets(container, stream)
@@ -153,6 +159,8 @@ def probe(path: str | Path) -> VideoInfo:
             audio_codec=audio.codec_context.name if audio is not None else None,
             audio_duration_s=audio_duration_s,
             metadata=MappingProxyType(dict(container.metadata)),
+            declared_frames=declared_frames,
+            declared_duration_s=video_duration_s,
         )
     finally:
         container.close()
