@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from fusion_ray.pipeline.job import run_job
+    from fusion_ray.pipeline.job import plan_job, run_plan
     from fusion_ray.pipeline.manifest import check_unique_outputs, expand_patterns, read_manifest
     from fusion_ray.pipeline.runtime import connect
 
@@ -54,8 +54,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = job_config(args, engine_config_from_args(args))
     report_path = args.report or root / REPORT_NAME
     print(f"{len(items)} item(s); outputs under {root.resolve()}", file=sys.stderr)
-    connect(args.address)
-    report = run_job(items, cfg, output_root=root, force=args.force, progress=ProgressPrinter(),
-                     report_path=report_path)
+    plan = plan_job(items, cfg, output_root=root, force=args.force)  # before Ray: bad items fail at once
+    if plan.runs:
+        connect(args.address)
+    report = run_plan(plan, progress=ProgressPrinter(), report_path=report_path)
     print_summary(report, time.monotonic() - started, report_path)
     return 0 if report.counts().get("failed", 0) == 0 else 1

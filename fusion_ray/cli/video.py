@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from fusion_ray.config import EngineConfig
-from fusion_ray.errors import FusionRayError
+from fusion_ray.errors import FusionRayError, InputError
 from fusion_ray.pipeline.config import FUSED_POOL
 
 
@@ -49,6 +49,9 @@ def print_summary(report, wall_s: float, report_path: Path | None) -> None:  # t
             print(f"FAILED {item.target}: {item.error}", file=sys.stderr)
         elif item.frames_failed:
             print(f"note: {item.target}: {item.error or f'{item.frames_failed} frame(s) failed'}", file=sys.stderr)
+        if item.status != "failed":
+            for warning in item.warnings:
+                print(f"warning: {warning}", file=sys.stderr)
     if report.stand_in_models:
         print(f"note: made with STAND-IN models ({', '.join(report.stand_in_models)}): not real swaps",
               file=sys.stderr)
@@ -62,6 +65,9 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--pipeline-config", type=Path, help="pipeline YAML (default: configs/pipeline.yaml defaults)")
     group.add_argument("--report", type=Path, help="write the job report (JSON) here")
     group.add_argument("--no-progress-bars", action="store_true", help="hide Ray Data's progress bars")
+    group.add_argument("--allow-truncated", action="store_true",
+                       help="process a truncated video (its container declares more frames than the file "
+                            "holds) as far as it goes, with a warning; by default such a video fails")
 
 
 def job_config(args: argparse.Namespace, engine: EngineConfig):  # type: ignore[no-untyped-def]
@@ -72,12 +78,13 @@ def job_config(args: argparse.Namespace, engine: EngineConfig):  # type: ignore[
     pipeline = base.pipeline
     if args.no_progress_bars:
         pipeline = pipeline.model_copy(update={"progress_bars": False})
-    return JobConfig(engine=engine, pipeline=pipeline)
+    return JobConfig(engine=engine, pipeline=pipeline, allow_truncated=base.allow_truncated or args.allow_truncated)
 
 
 def run_video_swap(args: argparse.Namespace, engine: EngineConfig) -> int:
-    """``fusion-ray swap --target VIDEO``: a one-item Ray Data job."""
-    from fusion_ray.pipeline.job import JobItem, run_job
+    """``fusion-ray swap --target VIDEO``: a one-item Ray Data job, planned before Ray starts
+    (a video that cannot be read, or is truncated, fails at once)."""
+    from fusion_ray.pipeline.job import JobItem, plan_job, run_plan
     from fusion_ray.pipeline.runtime import connect
     from fusion_ray.video.encode import check_video_output
 
@@ -87,10 +94,12 @@ def run_video_swap(args: argparse.Namespace, engine: EngineConfig) -> int:
     check_video_output(output)
     if output.exists() and not args.force:
         raise FusionRayError(f"output exists: {output} (use --force to overwrite)")
+    plan = plan_job([JobItem(tuple(args.source), args.target, output)], cfg, force=args.force)
+    if not plan.items[0].runs:
+        raise InputError(plan.items[0].error or f"{args.target}: {plan.items[0].status}")
     connect(args.address)
     report_path = args.report
-    report = run_job([JobItem(tuple(args.source), args.target, output)], cfg, force=args.force,
-                     progress=ProgressPrinter(), report_path=report_path)
+    report = run_plan(plan, progress=ProgressPrinter(), report_path=report_path)
     wall = time.monotonic() - started
     print_summary(report, wall, report_path)
     item = report.items[0]

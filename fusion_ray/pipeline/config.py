@@ -118,6 +118,10 @@ class JobConfig(_Config):
 
     engine: EngineConfig = EngineConfig()
     pipeline: PipelineConfig = PipelineConfig()
+    allow_truncated: bool = Field(
+        default=False, description="Process a truncated video (its container declares more frames than "
+        "its file holds) as far as it goes, with a warning and the missing frames in the report; "
+        "otherwise such an item fails before any work.")
 
 
 def load_job_config(path: Path | None) -> JobConfig:

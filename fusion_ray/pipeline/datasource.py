@@ -4,8 +4,11 @@
 long video is split at keyframes (from packet timestamps, without decoding) and its segments
 are decoded in parallel. Still images are one-row read tasks. Rows carry the frame (BGR
 uint8), its global index, timestamp, the item and segment it belongs to, and its source id.
-A segment that cannot be decoded yields one row with ``index == -1`` and the error, so the
-job can report the item instead of failing as a whole.
+An image's alpha channel is decoded here, once, and travels in the ``alpha`` column (the
+plane's bytes, ``b""`` when there is none) to the encode stage, which re-attaches it.
+A unit that cannot be decoded yields one row marked ``read_failed`` (its ``index`` is the
+first frame it could not deliver) with the error, so the job can report the item instead of
+failing as a whole; the stages skip that row, as they skip any row with an error.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from fusion_ray.video.segments import Segment
 
 log = logging.getLogger(__name__)
 
-FRAME_COLUMNS = ("item", "segment", "index", "time_s", "source_id", "frame", "error")
+FRAME_COLUMNS = ("item", "segment", "index", "time_s", "source_id", "frame", "alpha", "error", "read_failed")
+NO_ALPHA = b""
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,9 @@ def _block(rows: dict[str, list[Any]]) -> Block:
         "time_s": np.asarray(rows["time_s"], np.float64),
         "source_id": np.asarray(rows["source_id"], dtype=object),
         "frame": _frames_column(rows["frame"]),
+        "alpha": np.asarray(rows["alpha"], dtype=object),
         "error": np.asarray(rows["error"], dtype=object),
+        "read_failed": np.asarray(rows["read_failed"], np.bool_),
     }
     return BlockAccessor.batch_to_block(batch)
 
@@ -72,22 +78,22 @@ def read_unit(unit: ReadUnit, block_frames: int) -> Iterator[Block]:
     """Decode one unit into blocks of at most ``block_frames`` rows (bounded memory)."""
     rows = _empty_rows()
     segment_index = unit.segment.index if unit.segment is not None else 0
+    next_index = unit.segment.start_frame if unit.segment is not None else 0
 
-    def add(index: int, time_s: float, frame: np.ndarray, error: str = "") -> None:
-        rows["item"].append(unit.item)
-        rows["segment"].append(segment_index)
-        rows["index"].append(index)
-        rows["time_s"].append(time_s)
-        rows["source_id"].append(unit.source_id)
-        rows["frame"].append(frame)
-        rows["error"].append(error)
+    def add(index: int, time_s: float, frame: np.ndarray, alpha: bytes = NO_ALPHA, error: str = "") -> None:
+        for name, value in (("item", unit.item), ("segment", segment_index), ("index", index), ("time_s", time_s),
+                            ("source_id", unit.source_id), ("frame", frame), ("alpha", alpha),
+                            ("error", error), ("read_failed", bool(error))):
+            rows[name].append(value)
 
     try:
         if unit.segment is None:
-            add(0, 0.0, read_image(Path(unit.path)).frame)
+            image = read_image(Path(unit.path))
+            add(0, 0.0, image.frame, image.alpha.tobytes() if image.alpha is not None else NO_ALPHA)
         else:
             for decoded in decode_segment(unit.path, unit.segment, threads=1):
                 add(decoded.index, decoded.time_s, decoded.frame)
+                next_index = decoded.index + 1
                 if len(rows["index"]) >= block_frames:
                     yield _block(rows)
                     rows = _empty_rows()
@@ -97,9 +103,16 @@ def read_unit(unit: ReadUnit, block_frames: int) -> Iterator[Block]:
         if rows["index"]:
             yield _block(rows)
         rows = _empty_rows()
-        add(-1, 0.0, np.zeros((2, 2, 3), np.uint8), f"read: {message}")
+        add(next_index, 0.0, np.zeros((2, 2, 3), np.uint8), error=f"read: {message}")
     if rows["index"]:
         yield _block(rows)
+
+
+def alpha_plane(alpha: bytes, frame: np.ndarray) -> np.ndarray | None:
+    """The alpha plane carried in a row's ``alpha`` column (None when the image has none)."""
+    if not alpha:
+        return None
+    return np.frombuffer(alpha, np.uint8).reshape(frame.shape[:2])
 
 
 class FrameDatasource(Datasource):

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fusion_ray.errors import InputError
-from fusion_ray.pipeline.job import JobItem
+from fusion_ray.pipeline.plan import JobItem
 
 MANIFEST_COLUMNS = ("source", "target", "output")
 """Required columns; ``options`` (a JSON object of engine overrides) is optional.

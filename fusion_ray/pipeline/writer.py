@@ -6,9 +6,11 @@ single writer. The writer re-orders frames by index and streams them into a PyAV
 running in a thread, one per open segment; a segment's file is complete once its last frame
 is in. No process ever holds a whole video: a writer holds only frames that arrived out of
 order, and the stage returns slim rows (no pixels) to the driver, which joins the segments.
-Image items are written directly by the stage, unless an earlier stage failed on the image
-(its row carries an ``error``): then nothing is written. Failed video frames are passed
-through unchanged (a video cannot skip a frame); the job counts them.
+Image items are written directly by the stage, with the alpha plane their read task decoded
+(the ``alpha`` column), unless an earlier stage failed on the image (its row carries an
+``error``): then nothing is written. Rows marked ``read_failed`` hold no frame and are not
+written. Failed video frames are passed through unchanged (a video cannot skip a frame); the
+job counts them.
 """
 
 from __future__ import annotations
@@ -25,14 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from fusion_ray.imageio import encode_image, read_image, write_bytes_atomic
+from fusion_ray.imageio import encode_image, write_bytes_atomic
+from fusion_ray.pipeline.datasource import alpha_plane
 from fusion_ray.pipeline.stages import Batch, Stage, num_rows
+from fusion_ray.pipeline.tracker import SegmentKey
 from fusion_ray.video.encode import EncodeOptions, encode_segment
 
 log = logging.getLogger(__name__)
-
-SegmentKey = tuple[int, int]
-"""(item, segment)."""
 
 _END = object()
 
@@ -51,7 +52,6 @@ class VideoTarget:
 class ImageTarget:
     """Where an image item is written."""
 
-    source_path: str
     output_path: str
     metadata: Mapping[str, str]
 
@@ -178,8 +178,8 @@ class EncodeStage(Stage):
     """Last stage: routes video frames to their segment writer, writes image items, drops pixels."""
 
     name = "encode"
-    consumes = ("frame", "item", "segment", "index")
-    retires = ("frame",)
+    consumes = ("frame", "alpha", "item", "segment", "index", "read_failed")
+    retires = ("frame", "alpha")
     """The driver needs no pixels: they leave here, not in a later drop_columns task (a task wants
     a whole CPU, which the actor pools may hold until the reads end)."""
 
@@ -196,8 +196,8 @@ class EncodeStage(Stage):
         n = num_rows(batch)
         groups: dict[SegmentKey, list[int]] = {}
         for row in range(n):
-            if int(batch["index"][row]) < 0:
-                continue  # a read failure: nothing to write
+            if bool(batch["read_failed"][row]):
+                continue  # nothing was read: nothing to write
             item = int(batch["item"][row])
             if item in self.images:
                 # A failed image is not written: the job reports it failed, and an output
@@ -220,8 +220,9 @@ class EncodeStage(Stage):
     def _write_image(self, batch: Batch, errors: list[str], row: int, target: ImageTarget) -> None:
         try:
             output = Path(target.output_path)
-            alpha = read_image(Path(target.source_path)).alpha if output.suffix.lower() in (".png", ".webp") else None
-            data = encode_image(np.asarray(batch["frame"][row]), output.suffix, alpha=alpha, metadata=target.metadata)
+            frame = np.asarray(batch["frame"][row])
+            alpha = alpha_plane(batch["alpha"][row], frame)  # decoded with the frame by the read task
+            data = encode_image(frame, output.suffix, alpha=alpha, metadata=target.metadata)
             write_bytes_atomic(output, data, force=True)
         except Exception as exc:
             errors[row] = f"{self.name}: {type(exc).__name__}: {exc}"

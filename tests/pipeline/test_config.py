@@ -4,7 +4,7 @@ import pytest
 from ray.data import DataContext
 
 from fusion_ray.pipeline.config import PipelineConfig, load_job_config
-from fusion_ray.pipeline.job import _data_context
+from fusion_ray.pipeline.run import _data_context
 from tests.conftest import REPO_ROOT
 
 

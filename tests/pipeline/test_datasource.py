@@ -1,12 +1,15 @@
-"""Read tasks called directly (no Ray): a unit that cannot be decoded yields one failure row."""
+"""Read tasks called directly (no Ray): a unit that cannot be decoded yields one row marked
+``read_failed``; an image's alpha plane travels with its frame."""
 
 from fractions import Fraction
 
+import cv2
+import numpy as np
 import pytest
 
 from fusion_ray.errors import VideoError
 from fusion_ray.pipeline import datasource
-from fusion_ray.pipeline.datasource import ReadUnit, read_unit
+from fusion_ray.pipeline.datasource import NO_ALPHA, ReadUnit, alpha_plane, read_unit
 from fusion_ray.video import make_test_video, plan_segments
 
 
@@ -19,12 +22,14 @@ def unit(tmp_path):
 
 def _rows(unit, block_frames=4):
     blocks = [b.to_pydict() for b in read_unit(unit, block_frames)]
-    return [{k: b[k][i] for k in ("item", "index", "error")} for b in blocks for i in range(len(b["index"]))]
+    keys = ("item", "index", "error", "read_failed", "alpha")
+    return [{k: b[k][i] for k in keys} for b in blocks for i in range(len(b["index"]))]
 
 
 def test_a_unit_is_read_into_blocks(unit):
     rows = _rows(unit)
     assert [r["index"] for r in rows] == list(range(6)) and all(r["error"] == "" for r in rows)
+    assert not any(r["read_failed"] for r in rows) and all(r["alpha"] == NO_ALPHA for r in rows)
 
 
 @pytest.mark.parametrize("exc", [ValueError("unsupported pixel format 'yuv444p12le'"), RuntimeError("odd decoder"),
@@ -36,7 +41,7 @@ def test_any_decode_error_fails_only_the_unit(unit, monkeypatch, exc):
 
     monkeypatch.setattr(datasource, "decode_segment", decode)
     rows = _rows(unit)
-    assert len(rows) == 1 and rows[0]["item"] == 3 and rows[0]["index"] == -1
+    assert len(rows) == 1 and rows[0]["item"] == 3 and rows[0]["read_failed"] and rows[0]["index"] == 0
     assert rows[0]["error"].startswith("read: ") and str(exc) in rows[0]["error"]
 
 
@@ -51,5 +56,21 @@ def test_frames_before_the_error_are_kept(unit, monkeypatch):
 
     monkeypatch.setattr(datasource, "decode_segment", decode)
     rows = _rows(unit)
-    assert [r["index"] for r in rows] == [0, 1, 2, 3, 4, -1]
+    assert [r["index"] for r in rows] == [0, 1, 2, 3, 4, 5]  # the marked row: the first frame not read
+    assert [r["read_failed"] for r in rows] == [False] * 5 + [True]
     assert rows[-1]["error"] == "read: ValueError: bad frame"
+
+
+def test_an_image_is_read_once_with_its_alpha(tmp_path):
+    bgra = np.zeros((30, 40, 4), np.uint8)
+    bgra[..., :3] = 120
+    bgra[..., 3] = np.arange(40, dtype=np.uint8)[None, :] * 6  # a gradient: the plane's layout shows
+    cv2.imwrite(str(tmp_path / "a.png"), bgra)
+    cv2.imwrite(str(tmp_path / "b.png"), bgra[..., :3])
+    rows = [b.to_pydict() for u in ("a", "b") for b in read_unit(ReadUnit(0, str(tmp_path / f"{u}.png"), "s0",
+                                                                            None, (30, 40)), 4)]
+    with_alpha, without = rows[0], rows[1]
+    frame = np.asarray(with_alpha["frame"][0])
+    assert frame.shape == (30, 40, 3) and not with_alpha["read_failed"][0]
+    assert np.array_equal(alpha_plane(with_alpha["alpha"][0], frame), bgra[..., 3])
+    assert without["alpha"][0] == NO_ALPHA and alpha_plane(without["alpha"][0], frame) is None

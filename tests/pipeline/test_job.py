@@ -3,14 +3,12 @@ frames without a face, an audio track), a corrupt file and an image in one job; 
 
 import json
 import shutil
-import time
 from fractions import Fraction
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
-import ray
 
 from fusion_ray.cli import main
 from fusion_ray.config import EngineConfig, RuntimeConfig
@@ -20,11 +18,10 @@ from fusion_ray.imageio import read_image
 from fusion_ray.ops.align import align_face
 from fusion_ray.ops.paste import crop_roi
 from fusion_ray.pipeline.config import JobConfig, PipelineConfig, StageResources
-from fusion_ray.pipeline.job import ItemResult, JobItem, _cleanup, _Video, run_job
+from fusion_ray.pipeline.job import JobItem, run_job
 from fusion_ray.pipeline.manifest import expand_patterns
-from fusion_ray.pipeline.writer import SegmentWriter, VideoTarget
 from fusion_ray.video import EncodeOptions, decode_all, make_corrupt_video, make_test_video, probe
-from fusion_ray.video.segments import plan_segments
+from fusion_ray.video.synthetic import make_edit_list_video, make_truncated_video
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -213,33 +210,6 @@ def test_separate_pools_give_the_same_video(first_run, media, job_cfg, tmp_path)
     assert max(float(np.mean((x - y) ** 2)) for x, y in zip(a, b, strict=True)) < 1.0
 
 
-def test_cleanup_goes_on_past_a_dead_writer(media, tmp_path):
-    info = probe(media["clip2"])
-    segments = plan_segments(media["clip2"], 0.4)
-    work_dirs = [tmp_path / "a.mp4.fusion_ray_parts", tmp_path / "b.mp4.fusion_ray_parts"]
-    for work_dir in work_dirs:
-        work_dir.mkdir()
-        (work_dir / "segment_00000.mp4").write_bytes(b"partial")
-    videos = {n: _Video(n, info, segments, work_dir) for n, work_dir in enumerate(work_dirs)}
-    results = [ItemResult("a", "a.mp4", kind="video"), ItemResult("b", "b.mp4", kind="video")]
-    targets = {n: VideoTarget(info.fps, info.width, info.height, str(d)) for n, d in enumerate(work_dirs)}
-    writer_cls = ray.remote(SegmentWriter).options(num_cpus=0.01)
-    dead, alive = writer_cls.remote(targets, EncodeOptions()), writer_cls.remote(targets, EncodeOptions())
-    ray.get([dead.ready.remote(), alive.ready.remote()])
-    ray.kill(dead)
-    _cleanup(videos, results, [dead, alive])  # the dead writer's abort raises: logged, not fatal
-    assert not any(d.exists() for d in work_dirs)
-    # the live writer was stopped too (ray.kill is asynchronous: wait for it, bounded)
-    for _ in range(100):
-        try:
-            ray.get(alive.ready.remote(), timeout=10)
-        except ray.exceptions.RayActorError:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail("the live writer was not killed by the cleanup")
-
-
 def test_video_outputs_in_other_containers_fail_alone(media, job_cfg, tmp_path):
     """The default output pattern keeps the target's extension: a .mkv clip would get MP4 bytes
     named .mkv. Such items fail at planning with a clear message; the others go on."""
@@ -275,3 +245,56 @@ def test_the_driver_embeds_the_sources_on_cpu(media, job_cfg, tmp_path, monkeypa
                      JobConfig(engine=cuda, pipeline=job_cfg.pipeline))
     assert seen == [["cpu"]]
     assert report.items[0].status == "failed" and "stopped by the test" in report.items[0].error
+
+
+def test_truncated_and_edit_list_videos_and_an_alpha_image(media, images_dir, standin_dir, scrfd_path, tmp_path,
+                                                           capsys):
+    """`fusion-ray job --allow-truncated`: a truncated clip is processed as far as it goes, with its
+    loss in the report; an edit list's hidden frames are no loss; an image's alpha is kept."""
+    obama = read_image(images_dir / "obama.jpg").frame
+    clip = {"face_image": obama, "fps": Fraction(25), "size_wh": (160, 96), "audio": True, "gop": 10}
+    cut = make_truncated_video(tmp_path / "cut.mp4", keep=0.4, n_frames=60, **clip)
+    edit = make_edit_list_video(tmp_path / "edit.mp4", hidden=3, n_frames=30, **clip)
+    bgra = cv2.cvtColor(cv2.resize(obama, (200, 240)), cv2.COLOR_BGR2BGRA)
+    bgra[..., 3] = np.linspace(0, 255, 200, dtype=np.uint8)[None, :]
+    cv2.imwrite(str(tmp_path / "alpha.png"), bgra)
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "m.csv").write_text("source,target,output\n" + "".join(
+        f"{media['source']},{t},{t.name}\n" for t in (cut, edit, tmp_path / "alpha.png")))
+    code = main(["job", "--manifest", str(tmp_path / "m.csv"), "--output-root", str(out), "--allow-truncated",
+                 "--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu",
+                 "--no-progress-bars"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    saved = {Path(i["target"]).name: i for i in json.loads((out / "fusion_ray_report.json").read_text())["items"]}
+    present = probe(out / "cut.mp4").frame_count
+    assert saved["cut.mp4"]["status"] == "done" and saved["cut.mp4"]["frames"] == present < 60
+    assert saved["cut.mp4"]["frames_missing"] == 60 - present
+    assert 0 < saved["cut.mp4"]["missing_from_s"] <= present / 25 + 1e-3  # the first frame absent
+    assert "truncated" in saved["cut.mp4"]["warnings"][0] and err.count("cut.mp4 is truncated") == 1 and "warning: " in err
+    assert saved["edit.mp4"]["status"] == "done" and saved["edit.mp4"]["frames"] == 27
+    assert saved["edit.mp4"]["frames_missing"] == 0 and not saved["edit.mp4"]["warnings"]
+    assert probe(out / "edit.mp4").frame_count == 27
+    written = cv2.imread(str(out / "alpha.png"), cv2.IMREAD_UNCHANGED)
+    assert saved["alpha.png"]["status"] == "done" and written.shape == (240, 200, 4)
+    assert np.array_equal(written[..., 3], bgra[..., 3])  # the alpha that came with the item
+
+
+def test_a_truncated_video_fails_without_the_flag_and_writes_nothing(images_dir, standin_dir, scrfd_path, tmp_path,
+                                                                    capsys):
+    cut = make_truncated_video(tmp_path / "cut.mp4", keep=0.4, n_frames=60, face_image=None, fps=Fraction(25),
+                               size_wh=(160, 96))
+    args = ["--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu",
+            "--no-progress-bars"]
+    code = main(["swap", "-s", str(images_dir / "biden.jpg"), "-t", str(cut), "-o", str(tmp_path / "o.mp4"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and not (tmp_path / "o.mp4").exists()
+    assert err.count("is truncated") == 1 and "60 frames" in err and "--allow-truncated" in err
+    assert "Traceback" not in err
+    (tmp_path / "m.csv").write_text(f"source,target,output\n{images_dir / 'biden.jpg'},{cut},o.mp4\n")
+    code = main(["job", "--manifest", str(tmp_path / "m.csv"), "--output-root", str(tmp_path), *args])
+    report = json.loads((tmp_path / "fusion_ray_report.json").read_text())
+    assert code == 1 and report["items"][0]["status"] == "failed" and report["items"][0]["frames_missing"] > 0
+    assert "is truncated" in report["items"][0]["error"] and not (tmp_path / "o.mp4").exists()
+    assert not list(tmp_path.glob("*.fusion_ray_parts"))

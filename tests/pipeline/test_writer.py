@@ -66,15 +66,34 @@ def test_writer_choice_is_stable():
     assert {writer_for((0, s), 3) for s in range(30)} == {0, 1, 2}
 
 
+def _image_batch(frames, errors, alphas=None, read_failed=None):
+    n = len(frames)
+    return {"frame": np.stack(frames), "item": np.arange(n), "segment": np.zeros(n, int), "index": np.zeros(n, int),
+            "error": np.array(errors, dtype=object), "alpha": np.array(alphas or [b""] * n, dtype=object),
+            "read_failed": np.array(read_failed or [False] * n)}
+
+
 def test_the_encode_stage_writes_images_but_not_failed_ones(tmp_path):
-    source = tmp_path / "in.png"
-    cv2.imwrite(str(source), _frame(3))
-    good, failed = tmp_path / "good.png", tmp_path / "failed.png"
-    stage = EncodeStage([], {}, {0: ImageTarget(str(source), str(good), {}),
-                                 1: ImageTarget(str(source), str(failed), {})})
-    batch = {"frame": np.stack([_frame(3), _frame(3)]), "item": np.array([0, 1]), "segment": np.array([0, 0]),
-             "index": np.array([0, 0]), "error": np.array(["", "swap: RuntimeError: boom"], dtype=object)}
+    good, failed, unread = tmp_path / "good.png", tmp_path / "failed.png", tmp_path / "unread.png"
+    stage = EncodeStage([], {}, {0: ImageTarget(str(good), {}), 1: ImageTarget(str(failed), {}),
+                                 2: ImageTarget(str(unread), {})})
+    batch = _image_batch([_frame(3)] * 3, ["", "swap: RuntimeError: boom", "read: not an image"],
+                         read_failed=[False, False, True])
     out = stage(batch)
     assert good.is_file()
     assert not failed.exists()  # else a re-run would skip the failed item
-    assert "frame" not in out and list(out["error"]) == ["", "swap: RuntimeError: boom"]
+    assert not unread.exists()
+    assert "frame" not in out and list(out["error"])[:2] == ["", "swap: RuntimeError: boom"]
+    assert "alpha" not in out  # pixels do not go back to the driver
+
+
+def test_the_encode_stage_writes_the_alpha_that_came_with_the_image(tmp_path):
+    """The read task decoded the alpha plane: the stage re-attaches it (no re-read of the target)."""
+    alpha = np.tile(np.arange(96, dtype=np.uint8)[None, :] * 2, (64, 1))
+    outputs = [tmp_path / "a.png", tmp_path / "a.jpg"]
+    stage = EncodeStage([], {}, {n: ImageTarget(str(p), {"Software": "test"}) for n, p in enumerate(outputs)})
+    stage(_image_batch([_frame(3)] * 2, ["", ""], alphas=[alpha.tobytes()] * 2))
+    written = cv2.imread(str(outputs[0]), cv2.IMREAD_UNCHANGED)
+    assert written.shape == (64, 96, 4) and np.array_equal(written[..., 3], alpha)
+    assert np.array_equal(written[..., :3], _frame(3))
+    assert cv2.imread(str(outputs[1]), cv2.IMREAD_UNCHANGED).shape == (64, 96, 3)  # JPEG has no alpha

@@ -1,0 +1,76 @@
+"""The end of a video item: join its segments (with its audio) into place, or clean up.
+
+``join_video`` checks that a video came back whole before anything is written (a failed
+item leaves no output, so a re-run retries it): every planned frame was processed, and not
+every frame failed. ``join_segments`` writes beside the output and renames it into place.
+``cleanup`` aborts the segments of unfinished videos, removes every parts folder and stops
+the writers, whatever fails on the way.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from fusion_ray.errors import FusionRayError
+from fusion_ray.pipeline.plan import ItemPlan
+from fusion_ray.pipeline.report import ItemResult, ItemStatus
+from fusion_ray.video.join import join_segments
+
+log = logging.getLogger(__name__)
+
+CLEANUP_TIMEOUT_S = 60.0
+"""How long cleanup waits for a writer to abort a video's segments (then it is killed anyway)."""
+
+
+def join_video(plan: ItemPlan, result: ItemResult, segment_paths: Sequence[Path], comment: str) -> None:
+    """Join a video whose segments are all written; the item is then ``done`` or ``failed``."""
+    if result.frames != plan.expected_frames:
+        result.fail(f"processed {result.frames} of {plan.expected_frames} frames")
+        return
+    if result.frames_failed == result.frames:
+        # Nothing was swapped: writing the unchanged clip would make a re-run skip it.
+        result.fail(f"every frame failed ({result.frames_failed} of {result.frames}); first: {result.error}")
+        return
+    info = plan.video
+    if info is None:
+        raise ValueError(f"item {plan.index} is not a planned video")
+    try:
+        join_segments(list(segment_paths), plan.output, fps=info.fps, frame_times=plan.frame_times,
+                      audio_source=plan.item.target if info.has_audio else None, metadata={"comment": comment})
+    except FusionRayError as exc:
+        result.fail(exc)
+        return
+    result.status = ItemStatus.DONE
+    if result.frames_failed:
+        result.error = (f"{result.frames_failed} of {result.frames} frame(s) failed and were passed through "
+                        f"unchanged; first: {result.error}")
+
+
+def cleanup(videos: Iterable[ItemPlan], results: Sequence[ItemResult], writers: Sequence[Any]) -> None:
+    """Abort the segments of unfinished videos, remove every parts folder, stop the writers.
+
+    Each step is independent: a dead or stuck writer is logged and the cleanup goes on, so the
+    parts folders are always removed and an exception being handled is not replaced.
+    """
+    for video in videos:
+        result = results[video.index]
+        if result.status != ItemStatus.DONE:
+            keys = [(video.index, s.index) for s in video.segments]
+            for writer in writers:
+                try:
+                    ray.get(writer.abort.remote(keys), timeout=CLEANUP_TIMEOUT_S)
+                except Exception as exc:
+                    log.warning("cleanup: a writer could not abort the segments of %s: %s: %s",
+                                result.target, type(exc).__name__, exc)
+        shutil.rmtree(video.work_dir, ignore_errors=True)
+    for writer in writers:
+        try:
+            ray.kill(writer)
+        except Exception as exc:
+            log.warning("cleanup: cannot stop a segment writer: %s: %s", type(exc).__name__, exc)

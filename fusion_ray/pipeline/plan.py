@@ -1,0 +1,226 @@
+"""The job planner: items in, a plan out, on the driver before anything runs (no Ray here).
+
+Per item the plan says what it is (an image or a video), what the read tasks decode (a video's
+keyframe segments, an image's size from its header), how many frames the pipeline delivers,
+and whether the item runs, is skipped (its output exists and ``force`` is off) or has already
+failed: a target that is missing or cannot be read, an output outside the output root, a video
+output not named .mp4/.m4v/.mov, a truncated video (unless ``allow_truncated``), engine options
+that are not a valid config. Items with the same engine options form a group, run as one
+pipeline. Reading headers and demuxing packets is all the planner does with the files; it
+creates no folder and writes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fusion_ray.config import EngineConfig, parse_config
+from fusion_ray.errors import ConfigError, FusionRayError, InputError
+from fusion_ray.imageheader import UnsupportedImageError, check_image_header
+from fusion_ray.imageio import DEFAULT_MAX_PIXELS, read_image
+from fusion_ray.pipeline.config import JobConfig
+from fusion_ray.pipeline.report import ItemKind, ItemResult, ItemStatus
+from fusion_ray.video.encode import check_video_output
+from fusion_ray.video.probe import VideoInfo, is_video_file, probe
+from fusion_ray.video.segments import Segment, Shortfall, find_shortfall, index_packets, segments_of
+from fusion_ray.video.timing import FrameTimes
+
+log = logging.getLogger(__name__)
+
+PARTS_SUFFIX = ".fusion_ray_parts"
+
+
+@dataclass(frozen=True)
+class JobItem:
+    """One thing to do: faces of ``sources`` into ``target``, written to ``output``.
+
+    ``options`` are engine-config overrides for this item (e.g. ``{"selection": {"mode":
+    "largest"}}``); items with the same options run in the same pipeline.
+    """
+
+    sources: tuple[Path, ...]
+    target: Path
+    output: Path
+    options: str = "{}"
+    """JSON object of engine overrides (a string, so that items stay hashable)."""
+
+
+@dataclass(frozen=True)
+class ItemPlan:
+    """What the job does with one item."""
+
+    index: int
+    item: JobItem
+    output: Path
+    """The output path, resolved."""
+    kind: ItemKind = ItemKind.UNKNOWN
+    status: ItemStatus = ItemStatus.PENDING
+    """``PENDING``: the item runs; ``SKIPPED`` or ``FAILED``: it does not (``error`` says why)."""
+    error: str = ""
+    frame_hw: tuple[int, int] = (0, 0)
+    """(height, width) of its frames."""
+    video: VideoInfo | None = None
+    segments: tuple[Segment, ...] = ()
+    shortfall: Shortfall | None = None
+    """What a truncated video lacks."""
+    frame_times: FrameTimes | None = None
+    """A video's frame timestamps: the output keeps them (a variable frame rate, a gap)."""
+    warnings: tuple[str, ...] = ()
+    """What a runnable item will lose or change (a truncated video's missing frames, a
+    variable frame rate)."""
+
+    @property
+    def runs(self) -> bool:
+        return self.status is ItemStatus.PENDING
+
+    @property
+    def expected_frames(self) -> int:
+        """Frames the read tasks deliver: a video's segment plan (from its packets; not the
+        container's sample count, which also counts the frames an edit list hides), or 1."""
+        return sum(s.frame_count for s in self.segments) if self.kind is ItemKind.VIDEO else 1
+
+    @property
+    def work_dir(self) -> Path:
+        """A video's parts folder (its segment files), beside the output."""
+        return self.output.with_name(self.output.name + PARTS_SUFFIX)
+
+    def result(self) -> ItemResult:
+        """The item's result before it runs."""
+        result = ItemResult(str(self.item.target), str(self.item.output), kind=self.kind,
+                            status=self.status, error=self.error)
+        if self.shortfall is not None:
+            result.frames_missing = self.shortfall.frames_missing
+            result.missing_from_s = round(self.shortfall.missing_from_s, 3)
+        for warning in self.warnings if self.runs else ():
+            result.warn(warning)
+        return result
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """Items run as one pipeline, with their group's config."""
+
+    cfg: JobConfig
+    members: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    items: tuple[ItemPlan, ...]
+    groups: tuple[GroupPlan, ...]
+
+    @property
+    def runs(self) -> bool:
+        """Whether any item runs (else no Ray is needed)."""
+        return bool(self.groups)
+
+
+def confine(output: Path, root: Path | None) -> Path:
+    """``output`` resolved; InputError when it falls outside ``root``."""
+    resolved = output.expanduser().resolve()
+    if root is not None:
+        base = root.expanduser().resolve()
+        if not resolved.is_relative_to(base):
+            raise InputError(f"output {output} is outside the output root {base}")
+    return resolved
+
+
+def plan_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Path | None = None,
+             force: bool = False) -> JobPlan:
+    """Plan every item (see the module docstring) and group the runnable ones by options."""
+    plans = [plan_item(n, item, cfg, output_root=output_root, force=force) for n, item in enumerate(items)]
+    members: dict[str, list[int]] = {}
+    for plan in plans:
+        if plan.runs:
+            members.setdefault(plan.item.options, []).append(plan.index)
+    groups = []
+    for options, indices in members.items():
+        try:
+            groups.append(GroupPlan(with_overrides(cfg, options), tuple(indices)))
+        except FusionRayError as exc:
+            for n in indices:
+                plans[n] = dataclasses.replace(plans[n], status=ItemStatus.FAILED, error=str(exc))
+    return JobPlan(tuple(plans), tuple(groups))
+
+
+def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Path | None = None,
+              force: bool = False) -> ItemPlan:
+    """One item's plan; an item that cannot run is ``SKIPPED`` or ``FAILED``, never raised."""
+    plan = ItemPlan(n, item, item.output.expanduser().resolve())
+    try:
+        plan = dataclasses.replace(plan, output=confine(item.output, output_root))
+        if plan.output.exists() and not force:
+            return dataclasses.replace(plan, status=ItemStatus.SKIPPED)
+        if not item.target.is_file():
+            raise InputError(f"file not found: {item.target}")
+        if is_video_file(item.target):
+            plan = dataclasses.replace(plan, kind=ItemKind.VIDEO)
+            check_video_output(plan.output)  # before any work: the output would be MP4 under another name
+            return _plan_video(plan, cfg)
+        plan = dataclasses.replace(plan, kind=ItemKind.IMAGE)
+        return dataclasses.replace(plan, frame_hw=image_hw(item.target))
+    except (FusionRayError, OSError) as exc:
+        log.warning("%s: %s", item.target, exc)
+        return dataclasses.replace(plan, status=ItemStatus.FAILED, error=str(exc))
+
+
+def _plan_video(plan: ItemPlan, cfg: JobConfig) -> ItemPlan:
+    """Probe the video, split its packets into segments, and compare them with what it declares."""
+    target = plan.item.target
+    info = probe(target)
+    index = index_packets(target)
+    segments = tuple(segments_of(index, cfg.pipeline.segment_seconds, target))
+    shortfall = find_shortfall(info, index)
+    times = FrameTimes(index.time_base, index.pts, index.start_pts)
+    plan = dataclasses.replace(plan, video=info, segments=segments, frame_hw=(info.height, info.width),
+                               shortfall=shortfall, frame_times=times)
+    if shortfall is not None:
+        if not cfg.allow_truncated:
+            return dataclasses.replace(plan, status=ItemStatus.FAILED, error=(
+                f"{shortfall.describe(target)} (--allow-truncated processes the frames present)"))
+        return dataclasses.replace(plan, warnings=(f"{shortfall.describe(target)}; the frames present are "
+                                                   "processed and keep their timestamps",))
+    note = times.note(info.fps)
+    return dataclasses.replace(plan, warnings=(f"{target}: {note}",)) if note else plan
+
+
+def image_hw(path: Path) -> tuple[int, int]:
+    """An image's (height, width) from its header; formats the header reader does not know
+    (TIFF, GIF, ...) are decoded. InputError when it is not a readable image or too large."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        header = check_image_header(data, str(path), DEFAULT_MAX_PIXELS)
+    except UnsupportedImageError:
+        height, width = read_image(path).frame.shape[:2]
+        return int(height), int(width)
+    return header.height, header.width
+
+
+def with_overrides(cfg: JobConfig, options: str) -> JobConfig:
+    """``cfg`` with an item's engine overrides (a JSON object) merged in."""
+    try:
+        overrides = json.loads(options or "{}")
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"item options are not valid JSON: {exc}") from exc
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"item options must be a JSON object, got {options!r}")
+    if not overrides:
+        return cfg
+    engine = _deep_merge(cfg.engine.model_dump(), overrides)
+    return cfg.model_copy(update={"engine": parse_config(engine, EngineConfig, source="item options")})
+
+
+def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), dict) else value
+    return out

@@ -1,0 +1,166 @@
+"""The job report: per-item results, per-stage busy and idle time, frames/s; it folds batches.
+
+Every output batch that reaches the driver is slim (no pixels): one row per frame with its
+item, segment, error, ``read_failed`` marker, swap counters and each stage's share of busy and
+idle time. :meth:`JobReport.fold` adds a batch to the counters and says how many frames of each
+video segment it held, for the segment tracker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from fusion_ray import __version__
+from fusion_ray.fsutil import atomic_write_bytes
+from fusion_ray.pipeline.tracker import SegmentKey
+
+log = logging.getLogger(__name__)
+
+
+class ItemStatus(StrEnum):
+    PENDING = "pending"
+    DONE = "done"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+
+
+class ItemKind(StrEnum):
+    UNKNOWN = "unknown"
+    IMAGE = "image"
+    VIDEO = "video"
+
+
+@dataclass
+class ItemResult:
+    """What happened to one item."""
+
+    target: str
+    output: str
+    kind: str = ItemKind.UNKNOWN
+    status: str = ItemStatus.PENDING  # done | skipped | failed
+    frames: int = 0
+    frames_failed: int = 0
+    faces_swapped: int = 0
+    error: str = ""
+    """Why the item failed; for a ``done`` video, how many of its frames failed (passed through)."""
+    frames_missing: int = 0
+    """Frames a truncated video lacks (what its container declares beyond its packets)."""
+    missing_from_s: float | None = None
+    """Where a truncated video's missing frames start (seconds from its first frame)."""
+    warnings: list[str] = field(default_factory=list)
+    """What a ``done`` item lost or changed (e.g. a truncated video processed as far as it goes)."""
+
+    def fail(self, exc: BaseException | str) -> None:
+        self.status = ItemStatus.FAILED
+        self.error = str(exc)
+        log.warning("%s: %s", self.target, self.error)
+
+    def warn(self, message: str) -> None:
+        """Record what the item lost or changed (the CLI prints it once, in the summary)."""
+        self.warnings.append(message)
+
+
+@dataclass
+class StageStats:
+    busy_s: float = 0.0
+    idle_s: float = 0.0
+
+    @property
+    def idle_ratio(self) -> float:
+        total = self.busy_s + self.idle_s
+        return self.idle_s / total if total > 0 else 0.0
+
+
+@dataclass
+class Fold:
+    """What one batch held: its frames, and per video segment the frames that reached a writer."""
+
+    frames: int = 0
+    segment_frames: Counter[SegmentKey] = field(default_factory=Counter)
+
+
+@dataclass
+class JobReport:
+    """The job's outcome, written as JSON."""
+
+    items: list[ItemResult]
+    frames: int = 0
+    wall_s: float = 0.0
+    stages: dict[str, StageStats] = field(default_factory=dict)
+    stand_in_models: list[str] = field(default_factory=list)
+    version: str = __version__
+
+    @property
+    def fps(self) -> float:
+        return self.frames / self.wall_s if self.wall_s > 0 else 0.0
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for item in self.items:
+            out[item.status] = out.get(item.status, 0) + 1
+        return out
+
+    def track_stages(self, names: Iterable[str]) -> None:
+        """Report these stages' busy and idle time (from their ``busy_ms_<name>`` columns)."""
+        for name in names:
+            self.stages.setdefault(name, StageStats())
+
+    def add_stand_ins(self, names: Sequence[str]) -> None:
+        self.stand_in_models = sorted(set(self.stand_in_models) | set(names))
+
+    def fold(self, batch: Mapping[str, Any]) -> Fold:
+        """Add one slim output batch to the item and stage counters."""
+        fold = Fold()
+        for row in range(len(batch["item"])):
+            n = int(batch["item"][row])
+            result = self.items[n]
+            error = str(batch["error"][row] or "")
+            if bool(batch["read_failed"][row]):
+                result.fail(error or "unreadable")
+                continue
+            fold.frames += 1
+            _count_frame(result, error, int(batch["faces_swapped"][row]) if "faces_swapped" in batch else 0)
+            if result.kind == ItemKind.VIDEO:
+                fold.segment_frames[(n, int(batch["segment"][row]))] += 1
+        for name, stats in self.stages.items():
+            if f"busy_ms_{name}" in batch:
+                stats.busy_s += float(batch[f"busy_ms_{name}"].sum()) / 1000.0
+                stats.idle_s += float(batch[f"idle_ms_{name}"].sum()) / 1000.0
+        return fold
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "frames": self.frames,
+            "wall_s": round(self.wall_s, 3),
+            "frames_per_s": round(self.fps, 2),
+            "counts": self.counts(),
+            "stand_in_models": self.stand_in_models,
+            "stages": {name: {"busy_s": round(s.busy_s, 3), "idle_s": round(s.idle_s, 3),
+                              "idle_ratio": round(s.idle_ratio, 3)} for name, s in self.stages.items()},
+            "items": [asdict(item) for item in self.items],
+        }
+
+    def write(self, path: Path) -> None:
+        atomic_write_bytes(path, json.dumps(self.to_json(), indent=2).encode())
+
+
+def _count_frame(result: ItemResult, error: str, faces_swapped: int) -> None:
+    """One processed frame of an item: a failed image fails; a failed video frame is counted."""
+    result.frames += 1
+    result.faces_swapped += faces_swapped
+    if error:
+        result.frames_failed += 1
+        if result.kind == ItemKind.IMAGE:
+            result.fail(error)
+        elif not result.error:
+            result.error = error  # the first failed frame's message, for the item's report
+    elif result.kind == ItemKind.IMAGE:
+        result.status = ItemStatus.DONE  # the encode stage wrote it before returning the row

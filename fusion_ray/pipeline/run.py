@@ -1,0 +1,222 @@
+"""One group of planned items run as one streaming Ray Data pipeline.
+
+``run_group`` embeds the group's sources on the driver, then a :class:`GroupRun` makes the
+output and parts folders, starts the segment writers, streams every frame through the stages,
+and folds each slim output batch into the report and the segment tracker. A segment whose
+frames have all reached their writer is finished; a video whose segments are all written is
+joined (:mod:`fusion_ray.pipeline.finalise`). Whatever happens, the parts folders are removed
+and the writers stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from fusion_ray.image import load_reference
+from fusion_ray.pipeline.build import Sink, build_pipeline
+from fusion_ray.pipeline.config import FUSED_POOL, JobConfig, PipelineConfig
+from fusion_ray.pipeline.datasource import FrameDatasource, ReadUnit
+from fusion_ray.pipeline.finalise import cleanup, join_video
+from fusion_ray.pipeline.plan import GroupPlan, ItemPlan, JobPlan
+from fusion_ray.pipeline.report import ItemKind, ItemResult, ItemStatus, JobReport
+from fusion_ray.pipeline.sources import (
+    image_metadata,
+    load_driver_engine,
+    prepare_identities,
+    stand_in_models,
+    video_comment,
+)
+from fusion_ray.pipeline.stages import stage_names
+from fusion_ray.pipeline.tracker import SegmentKey, SegmentTracker
+from fusion_ray.pipeline.writer import ImageTarget, SegmentWriter, VideoTarget, writer_for
+from fusion_ray.types import Embedding, SourceIdentity
+
+log = logging.getLogger(__name__)
+
+ProgressCallback = Callable[[int, int, JobReport], None]
+"""progress(frames_done, frames_total, report_so_far)."""
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What the driver prepared for the stages: identities by source id, each item's source id,
+    and the reference face's embedding (``--select reference``)."""
+
+    identities: Mapping[str, SourceIdentity]
+    source_of: Mapping[int, str]
+    reference: Embedding | None
+
+
+def run_group(plan: JobPlan, group: GroupPlan, results: Sequence[ItemResult], report: JobReport,
+              progress: ProgressCallback | None, gpus_now: float) -> None:
+    """Embed the group's sources on the driver, then run its items (see the module docstring)."""
+    driver = load_driver_engine(group.cfg.engine)
+    members = [plan.items[n] for n in group.members]
+    identities, source_of = prepare_identities({p.index: p.item.sources for p in members}, driver, results)
+    sources = Sources(identities, source_of, load_reference(driver))
+    stand_ins = stand_in_models(group.cfg.engine, driver)
+    report.add_stand_ins(stand_ins)
+    run = GroupRun([p for p in members if p.index in source_of], group.cfg, results, report, stand_ins)
+    run.execute(sources, progress, gpus_now)
+
+
+class GroupRun:
+    """The state of one group's run: its items, writers, segment tracker and finishing segments."""
+
+    def __init__(self, items: Sequence[ItemPlan], cfg: JobConfig, results: Sequence[ItemResult],
+                 report: JobReport, stand_ins: Sequence[str]) -> None:
+        self.items = {p.index: p for p in items}
+        self.videos = {n: p for n, p in self.items.items() if p.kind is ItemKind.VIDEO}
+        self.cfg = cfg
+        self.results = results
+        self.report = report
+        self.metadata = image_metadata(stand_ins)
+        self.comment = video_comment(stand_ins)
+        self.tracker = SegmentTracker({n: v.segments for n, v in self.videos.items()})
+        self.writers: list[Any] = []
+        self.finishing: dict[Any, SegmentKey] = {}
+        self.done_frames = 0
+
+    def execute(self, sources: Sources, progress: ProgressCallback | None, gpus_now: float) -> None:
+        """Run every item; from the first parts folder on, the cleanup always runs."""
+        try:
+            units = self._prepare_outputs(sources.source_of)
+            if not units:
+                return
+            self._start_writers()
+            self._stream(units, sources, progress, gpus_now)
+            self._collect(block=True)
+            self._fail_incomplete()
+        finally:
+            self.report.frames += self.done_frames
+            cleanup(self.videos.values(), self.results, self.writers)
+
+    def _prepare_outputs(self, source_of: Mapping[int, str]) -> list[ReadUnit]:
+        """Each item's output folder (and a video's empty parts folder); its read units."""
+        units: list[ReadUnit] = []
+        for n, item in self.items.items():
+            target = str(item.item.target)
+            try:
+                item.output.parent.mkdir(parents=True, exist_ok=True)
+                if item.kind is ItemKind.VIDEO:
+                    shutil.rmtree(item.work_dir, ignore_errors=True)
+                    item.work_dir.mkdir(parents=True)
+                    units += [ReadUnit(n, target, source_of[n], s, item.frame_hw) for s in item.segments]
+                else:
+                    units.append(ReadUnit(n, target, source_of[n], None, item.frame_hw))
+            except OSError as exc:
+                self.results[n].fail(exc)
+        return units
+
+    def _start_writers(self) -> None:
+        pipeline = self.cfg.pipeline
+        targets = {n: VideoTarget(v.video.fps, v.video.width, v.video.height, str(v.work_dir))
+                   for n, v in self.videos.items() if v.video is not None}
+        writer_cls = ray.remote(SegmentWriter).options(num_cpus=pipeline.writer_num_cpus)
+        self.writers += [writer_cls.remote(targets, pipeline.encode_options)  # type: ignore[attr-defined]
+                         for _ in range(pipeline.writers)]
+
+    def _sink(self) -> Sink:
+        segments = {(n, s.index): (s.start_frame, s.frame_count) for n, v in self.videos.items() for s in v.segments}
+        images = {n: ImageTarget(str(p.output), self.metadata)
+                  for n, p in self.items.items() if p.kind is ItemKind.IMAGE}
+        return Sink(self.writers, segments, images)
+
+    def _stream(self, units: Sequence[ReadUnit], sources: Sources, progress: ProgressCallback | None,
+                gpus_now: float) -> None:
+        """Frames through the stages; each output batch folded in as it comes back."""
+        engine, pipeline = self.cfg.engine, self.cfg.pipeline
+        gpus_available = pipeline.uses_gpus(gpus_now)
+        fused = [FUSED_POOL] if pipeline.fused(gpus_available) else []
+        self.report.track_stages([*stage_names(engine), "encode", *fused])
+        total = sum(self.items[n].expected_frames for n in {u.item for u in units})
+        largest = max(u.frame_hw[0] * u.frame_hw[1] * 3 for u in units)
+        block_frames = max(1, min(pipeline.block_frames, int(pipeline.block_mb * 2**20 // max(largest, 1))))
+        # A dataset copies the DataContext when it is created: set it up first.
+        with _data_context(pipeline):
+            ds = ray.data.read_datasource(
+                FrameDatasource(units, block_frames), num_cpus=pipeline.read_num_cpus,
+                compute=ray.data.TaskPoolStrategy(size=pipeline.read_tasks), override_num_blocks=len(units))
+            ds = build_pipeline(ds, engine, pipeline, dict(sources.identities), reference=sources.reference,
+                                gpus_available=gpus_available, sink=self._sink())
+            for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+                self._on_batch(batch)
+                if progress is not None:
+                    progress(self.done_frames, total, self.report)
+
+    def _on_batch(self, batch: Mapping[str, Any]) -> None:
+        fold = self.report.fold(batch)
+        self.done_frames += fold.frames
+        for key in self.tracker.receive(fold.segment_frames):
+            writer = self.writers[writer_for(key, len(self.writers))]
+            self.finishing[writer.finish.remote(key)] = key
+        self._collect(block=False)
+
+    def _collect(self, *, block: bool) -> None:
+        """Gather finished segments (waiting for them all when ``block``)."""
+        while self.finishing:
+            ready, _ = ray.wait(list(self.finishing), num_returns=1 if block else len(self.finishing),
+                                timeout=None if block else 0)
+            if not ready:
+                return
+            for ref in ready:
+                self._segment_finished(self.finishing.pop(ref), ref)
+
+    def _segment_finished(self, key: SegmentKey, ref: Any) -> None:
+        """A writer closed a segment: join its video once every segment is written."""
+        n = key[0]
+        result = self.results[n]
+        try:
+            path, _ = ray.get(ref)
+        except Exception as exc:
+            self.tracker.failed(key)
+            result.fail(exc)
+            return
+        if self.tracker.written(key, Path(path)) and result.status == ItemStatus.PENDING:
+            join_video(self.videos[n], result, self.tracker.paths(n), self.comment)
+
+    def _fail_incomplete(self) -> None:
+        for n, item in self.items.items():
+            result = self.results[n]
+            if result.status != ItemStatus.PENDING:
+                continue
+            if item.kind is ItemKind.VIDEO:
+                result.fail(f"incomplete: {self.tracker.progress(n)}")
+            else:
+                result.fail("incomplete: the image did not come back from the pipeline")
+
+
+@contextlib.contextmanager
+def _data_context(pipeline: PipelineConfig) -> Iterator[None]:
+    """Ray Data settings for this job's execution, restored afterwards (the context is per process)."""
+    from ray.data import DataContext, ExecutionResources
+
+    ctx = DataContext.get_current()
+    saved = (ctx.enable_progress_bars, ctx.execution_no_progress_timeout_s,  # type: ignore[attr-defined]
+             ctx.execution_options.resource_limits, ctx.target_max_block_size, ctx.wait_for_min_actors_s)
+    ctx.enable_progress_bars = pipeline.progress_bars
+    # Start dispatching once every pool has its min_actors: otherwise the first actor up takes
+    # the blocks of a short clip (two tasks in flight per actor) and, the input consumed, Ray
+    # Data cancels the actors still starting, so one actor does all the work.
+    ctx.wait_for_min_actors_s = pipeline.actor_start_timeout_s
+    # Ray Data merges blocks up to this size: keep read blocks small so frames stream through
+    # the stages (and reach the writers) a few at a time instead of a segment at a time.
+    ctx.target_max_block_size = int(pipeline.block_mb * 2**20)
+    if pipeline.no_progress_timeout_s is not None:
+        ctx.execution_no_progress_timeout_s = pipeline.no_progress_timeout_s  # type: ignore[attr-defined]
+    if pipeline.object_store_mb is not None:
+        ctx.execution_options.resource_limits = ExecutionResources.for_limits(
+            object_store_memory=pipeline.object_store_mb * 2**20)
+    try:
+        yield
+    finally:
+        (ctx.enable_progress_bars, ctx.execution_no_progress_timeout_s,  # type: ignore[attr-defined]
+         ctx.execution_options.resource_limits, ctx.target_max_block_size, ctx.wait_for_min_actors_s) = saved

@@ -1,0 +1,94 @@
+"""Where each video segment of a running job stands: the driver's bookkeeping, no Ray.
+
+A segment is ``PENDING`` until its first frame comes back from the pipeline, ``RECEIVING``
+while its frames come back, ``FINISHING`` once every frame has reached its writer (the driver
+has asked the writer to close the segment's file), then ``DONE`` (the file is written) or
+``FAILED``. A video is complete when all its segments are ``DONE``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from fusion_ray.video.segments import Segment
+
+SegmentKey = tuple[int, int]
+"""(item, segment)."""
+
+
+class SegmentState(Enum):
+    PENDING = "pending"
+    RECEIVING = "receiving"
+    FINISHING = "finishing"
+    DONE = "done"
+    FAILED = "failed"
+
+
+_OPEN = (SegmentState.PENDING, SegmentState.RECEIVING)
+
+
+@dataclass
+class _Entry:
+    expected: int
+    received: int = 0
+    state: SegmentState = SegmentState.PENDING
+    path: Path | None = None
+
+
+class SegmentTracker:
+    """The state of every segment of the videos of one run."""
+
+    def __init__(self, videos: Mapping[int, Sequence[Segment]]) -> None:
+        self._items = {item: [s.index for s in segments] for item, segments in videos.items()}
+        self._entries = {(item, s.index): _Entry(s.frame_count)
+                         for item, segments in videos.items() for s in segments}
+
+    def state(self, key: SegmentKey) -> SegmentState:
+        return self._entries[key].state
+
+    def keys(self, item: int) -> list[SegmentKey]:
+        """The item's segments, in order."""
+        return [(item, index) for index in self._items[item]]
+
+    def receive(self, counts: Mapping[SegmentKey, int]) -> list[SegmentKey]:
+        """Count frames that reached their writers; returns the segments now whole (``FINISHING``).
+
+        Frames of a segment already finishing, written or failed are ignored.
+        """
+        whole = []
+        for key, count in counts.items():
+            entry = self._entries[key]
+            if entry.state not in _OPEN:
+                continue
+            entry.received += count
+            entry.state = SegmentState.RECEIVING
+            if entry.received >= entry.expected:
+                entry.state = SegmentState.FINISHING
+                whole.append(key)
+        return whole
+
+    def written(self, key: SegmentKey, path: Path) -> bool:
+        """A writer closed the segment's file; returns whether this completes its video."""
+        entry = self._entries[key]
+        entry.state, entry.path = SegmentState.DONE, Path(path)
+        return self.complete(key[0])
+
+    def failed(self, key: SegmentKey) -> None:
+        self._entries[key].state = SegmentState.FAILED
+
+    def complete(self, item: int) -> bool:
+        return all(self._entries[key].state is SegmentState.DONE for key in self.keys(item))
+
+    def paths(self, item: int) -> list[Path]:
+        """The segment files of a complete video, in order."""
+        if not self.complete(item):
+            raise ValueError(f"item {item}: {self.progress(item)}")
+        return [p for key in self.keys(item) if (p := self._entries[key].path) is not None]
+
+    def progress(self, item: int) -> str:
+        keys = self.keys(item)
+        done = sum(self._entries[key].state is SegmentState.DONE for key in keys)
+        return f"{done} of {len(keys)} segments written"

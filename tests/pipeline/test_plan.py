@@ -1,0 +1,156 @@
+"""The planner (no Ray): each kind of item gets its kind, segments, frame count and status."""
+
+import json
+from fractions import Fraction
+
+import cv2
+import numpy as np
+import pytest
+
+from fusion_ray.pipeline.config import JobConfig, PipelineConfig
+from fusion_ray.pipeline.plan import JobItem, plan_job
+from fusion_ray.pipeline.report import ItemKind, ItemStatus
+from fusion_ray.video import make_corrupt_video, make_test_video
+from fusion_ray.video.synthetic import make_edit_list_video, make_truncated_video
+
+CLIP = {"face_image": None, "fps": Fraction(25), "size_wh": (96, 64), "audio": False, "gop": 10}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("plan")
+    cv2.imwrite(str(root / "photo.png"), np.full((300, 200, 3), 90, np.uint8))
+    cv2.imwrite(str(root / "alpha.png"), np.full((30, 50, 4), 200, np.uint8))
+    cv2.imwrite(str(root / "photo.tif"), np.full((70, 40, 3), 90, np.uint8))  # no header reader: decoded
+    (root / "empty.png").write_bytes(b"")
+    (root / "exists.png").write_bytes(b"already there")
+    return {
+        "root": root,
+        "clip": make_test_video(root / "clip.mp4", n_frames=40, **CLIP),
+        "edit": make_edit_list_video(root / "edit.mp4", hidden=4, n_frames=40, **CLIP),
+        "cut": make_truncated_video(root / "cut.mp4", keep=0.4, n_frames=100, **CLIP),
+        "bad": make_corrupt_video(root / "bad.mp4"),
+    }
+
+
+CFG = JobConfig(pipeline=PipelineConfig(segment_seconds=0.7))
+
+# target, output, expected (kind, status, frames, error fragment)
+TABLE = [
+    ("photo.png", "o/photo.png", (ItemKind.IMAGE, ItemStatus.PENDING, 1, "")),
+    ("photo.tif", "o/photo.png", (ItemKind.IMAGE, ItemStatus.PENDING, 1, "")),
+    ("clip.mp4", "o/clip.mp4", (ItemKind.VIDEO, ItemStatus.PENDING, 40, "")),
+    ("edit.mp4", "o/edit.mp4", (ItemKind.VIDEO, ItemStatus.PENDING, 36, "")),  # hidden frames are no shortfall
+    ("cut.mp4", "o/cut.mp4", (ItemKind.VIDEO, ItemStatus.FAILED, 0, "cut.mp4 is truncated")),
+    ("bad.mp4", "o/bad.mp4", (ItemKind.VIDEO, ItemStatus.FAILED, 0, "bad.mp4")),
+    ("clip.mp4", "o/clip.mkv", (ItemKind.VIDEO, ItemStatus.FAILED, 0, "must end in .mp4, .m4v or .mov")),
+    ("missing.mp4", "o/missing.mp4", (ItemKind.UNKNOWN, ItemStatus.FAILED, 0, "file not found")),
+    ("empty.png", "o/empty.png", (ItemKind.IMAGE, ItemStatus.FAILED, 0, "empty.png is empty")),
+    ("photo.png", "exists.png", (ItemKind.UNKNOWN, ItemStatus.SKIPPED, 0, "")),
+    ("photo.png", "../escape.png", (ItemKind.UNKNOWN, ItemStatus.FAILED, 0, "outside the output root")),
+]
+
+
+@pytest.mark.parametrize(("target", "output", "expected"), TABLE, ids=[f"{t}->{o}" for t, o, _ in TABLE])
+def test_each_kind_of_item_is_planned(files, target, output, expected):
+    root = files["root"]
+    item = JobItem((root / "photo.png",), root / target, root / output)
+    plan = plan_job([item], CFG, output_root=root).items[0]
+    kind, status, frames, error = expected
+    assert (plan.kind, plan.status) == (kind, status), plan.error
+    assert error in plan.error
+    if status is ItemStatus.PENDING:
+        assert plan.expected_frames == frames
+        assert not (root / "o").exists()  # the planner makes no folder
+
+
+def test_a_video_is_planned_as_keyframe_segments_of_its_size(files):
+    plan = plan_job([JobItem((), files["clip"], files["root"] / "o.mp4")], CFG).items[0]
+    assert [(s.start_frame, s.frame_count) for s in plan.segments] == [(0, 20), (20, 20)]
+    assert plan.frame_hw == (64, 96) and plan.video is not None and plan.video.fps == 25
+    assert plan.work_dir.name == "o.mp4.fusion_ray_parts"
+
+
+def test_an_image_has_its_real_size(files):
+    root = files["root"]
+    plans = plan_job([JobItem((), root / name, root / f"o-{name}") for name in ("photo.png", "alpha.png", "photo.tif")],
+                     CFG).items
+    assert [p.frame_hw for p in plans] == [(300, 200), (30, 50), (70, 40)]
+
+
+def test_a_truncated_video_fails_unless_allowed(files):
+    item = JobItem((), files["cut"], files["root"] / "cut-out.mp4")
+    refused = plan_job([item], CFG).items[0]
+    assert refused.status is ItemStatus.FAILED and "--allow-truncated" in refused.error
+    result = refused.result()
+    assert result.status == "failed" and result.frames_missing > 0 and not result.warnings
+    allowed = plan_job([item], CFG.model_copy(update={"allow_truncated": True})).items[0]
+    assert allowed.runs and allowed.shortfall is not None
+    assert allowed.expected_frames == allowed.shortfall.present_frames == sum(s.frame_count for s in allowed.segments)
+    assert allowed.shortfall.declared_frames == 100
+    assert allowed.shortfall.frames_missing == 100 - allowed.expected_frames
+    assert allowed.shortfall.missing_from_s == pytest.approx(allowed.expected_frames / 25, abs=1e-6)
+    result = allowed.result()
+    assert result.status == "pending" and result.frames_missing == 100 - allowed.expected_frames
+    assert result.missing_from_s == pytest.approx(allowed.expected_frames / 25, abs=1e-3)
+    assert "truncated" in result.warnings[0]
+
+
+def test_items_are_grouped_by_options_and_bad_options_fail_their_group(files):
+    root = files["root"]
+    largest = json.dumps({"selection": {"mode": "largest"}})
+    broken = json.dumps({"selection": {"mode": "no_such_mode"}})
+    items = [JobItem((), root / "photo.png", root / "g0.png"),
+             JobItem((), root / "photo.png", root / "g1.png", options=largest),
+             JobItem((), root / "photo.png", root / "g2.png", options=broken),
+             JobItem((), root / "clip.mp4", root / "g3.mp4", options=largest),
+             JobItem((), root / "missing.png", root / "g4.png", options=largest)]
+    plan = plan_job(items, CFG)
+    assert [g.members for g in plan.groups] == [(0,), (1, 3)]
+    assert plan.groups[1].cfg.engine.selection.mode == "largest" and plan.groups[0].cfg == CFG
+    assert plan.items[2].status is ItemStatus.FAILED and "selection.mode" in plan.items[2].error
+    assert plan.runs
+    assert not plan_job([items[2], items[4]], CFG).runs  # nothing to run: no Ray needed
+
+
+def test_a_variable_frame_rate_is_a_warning_and_its_timestamps_are_kept(tmp_path):
+    times = [Fraction(i, 25) if i < 10 else Fraction(10, 25) + Fraction(i - 10, 10) for i in range(20)]
+    vfr = make_test_video(tmp_path / "vfr.mp4", n_frames=20, frame_times=times, **CLIP)
+    plan = plan_job([JobItem((), vfr, tmp_path / "o.mp4")], CFG).items[0]
+    assert plan.runs and plan.shortfall is None and plan.frame_times is not None
+    assert [Fraction(p - plan.frame_times.pts[0]) * plan.frame_times.time_base for p in plan.frame_times.pts] == times
+    assert "variable frame rate" in plan.warnings[0] and plan.result().warnings == list(plan.warnings)
+    clip = make_test_video(tmp_path / "cfr.mp4", n_frames=20, **CLIP)
+    assert plan_job([JobItem((), clip, tmp_path / "o2.mp4")], CFG).items[0].warnings == ()
+
+
+def test_force_plans_an_item_whose_output_exists(files):
+    root = files["root"]
+    item = JobItem((), root / "photo.png", root / "exists.png")
+    assert plan_job([item], CFG).items[0].status is ItemStatus.SKIPPED
+    assert plan_job([item], CFG, force=True).items[0].runs
+
+
+def test_the_swap_command_refuses_a_truncated_video_before_ray_starts(files, capsys):
+    import ray
+
+    from fusion_ray.cli import main
+
+    was_running = ray.is_initialized()
+    root = files["root"]
+    code = main(["swap", "-s", str(root / "photo.png"), "-t", str(files["cut"]), "-o", str(root / "cut-swap.mp4")])
+    err = capsys.readouterr().err
+    assert code == 2 and "cut.mp4 is truncated" in err and not (root / "cut-swap.mp4").exists()
+    assert ray.is_initialized() == was_running  # planned on the driver: no Ray for a refused video
+
+
+def test_allow_truncated_is_an_option_of_both_commands():
+    from fusion_ray.cli import build_parser
+    from fusion_ray.cli.common import engine_config_from_args
+    from fusion_ray.cli.video import job_config
+
+    for command in (["swap", "-s", "a.png", "-t", "b.mp4", "-o", "c.mp4"], ["job", "--manifest", "m.csv"]):
+        args = build_parser().parse_args([*command, "--allow-truncated"])
+        assert job_config(args, engine_config_from_args(args)).allow_truncated
+        args = build_parser().parse_args(command)
+        assert not job_config(args, engine_config_from_args(args)).allow_truncated

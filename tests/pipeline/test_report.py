@@ -1,0 +1,54 @@
+"""The report folds slim output batches (no Ray): per-item counters, per-stage time, JSON fields."""
+
+import json
+
+import numpy as np
+
+from fusion_ray.pipeline.report import ItemResult, JobReport
+
+
+def _batch(items, errors, segments=None, read_failed=None, faces=None):
+    n = len(items)
+    return {"item": np.asarray(items, np.int32), "segment": np.asarray(segments or [0] * n, np.int32),
+            "index": np.arange(n), "error": np.asarray(errors, dtype=object),
+            "read_failed": np.asarray(read_failed or [False] * n), "faces_swapped": np.asarray(faces or [1] * n),
+            "busy_ms_detect": np.full(n, 500.0), "idle_ms_detect": np.full(n, 250.0)}
+
+
+def test_frames_of_videos_are_counted_per_segment():
+    report = JobReport([ItemResult("a.mp4", "o.mp4", kind="video"), ItemResult("b.png", "o.png", kind="image")])
+    report.track_stages(["detect", "swap"])
+    fold = report.fold(_batch([0, 0, 0, 1], ["", "swap: RuntimeError: boom", "", ""], segments=[0, 1, 1, 0]))
+    assert fold.frames == 4 and fold.segment_frames == {(0, 0): 1, (0, 1): 2}  # images have no segments
+    video, image = report.items
+    assert (video.frames, video.frames_failed, video.faces_swapped, video.status) == (3, 1, 3, "pending")
+    assert video.error == "swap: RuntimeError: boom"  # the first failed frame's message
+    assert image.status == "done" and image.frames == 1
+    assert report.stages["detect"].busy_s == 2.0 and report.stages["detect"].idle_ratio == 1 / 3
+    assert report.stages["swap"].busy_s == 0.0  # not in this batch
+
+
+def test_a_failed_image_and_a_read_failure_fail_their_items():
+    report = JobReport([ItemResult("a.mp4", "o.mp4", kind="video"), ItemResult("b.png", "o.png", kind="image")])
+    fold = report.fold(_batch([0, 0, 1], ["", "read: cannot decode", "paste: ValueError: x"],
+                              read_failed=[False, True, False]))
+    assert fold.frames == 2 and fold.segment_frames == {(0, 0): 1}  # the marked row is no frame
+    video, image = report.items
+    assert video.status == "failed" and video.error == "read: cannot decode" and video.frames == 1
+    assert image.status == "failed" and image.error == "paste: ValueError: x"
+
+
+def test_the_json_report_has_every_field(tmp_path):
+    result = ItemResult("cut.mp4", "o.mp4", kind="video", status="done", frames=93, frames_missing=182,
+                        missing_from_s=3.17)
+    result.warn("cut.mp4 is truncated")
+    report = JobReport([result], frames=93, wall_s=2.0)
+    report.add_stand_ins(["inswapper_128"])
+    report.write(tmp_path / "r.json")
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["counts"] == {"done": 1} and saved["frames_per_s"] == 46.5
+    assert saved["stand_in_models"] == ["inswapper_128"]
+    assert saved["items"][0] == {"target": "cut.mp4", "output": "o.mp4", "kind": "video", "status": "done",
+                                 "frames": 93, "frames_failed": 0, "faces_swapped": 0, "error": "",
+                                 "frames_missing": 182, "missing_from_s": 3.17,
+                                 "warnings": ["cut.mp4 is truncated"]}
