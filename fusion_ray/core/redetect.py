@@ -14,15 +14,16 @@ was lost, and after a re-detected face scored below ``roi_min_score``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from fusion_ray.core.matching import landmark_distance_matrix
-from fusion_ray.core.tracking import GATE_GROWTH, FrameFaces, Tracker, TrackPrediction
+from fusion_ray.core.matching import iou_matrix, landmark_distance_matrix
+from fusion_ray.core.tracking import GATE_GROWTH, NO_TRACK, FrameFaces, Tracker, TrackPrediction
 from fusion_ray.core.tracking_config import TrackingConfig
 from fusion_ray.models.detector import ScrfdDetector, nms
 from fusion_ray.types import Frame, check_frame
@@ -58,6 +59,17 @@ def roi_for(bbox_xyxy: npt.ArrayLike, frame_hw: tuple[int, int], growth: float, 
     if right - left < 2 or bottom - top < 2:
         return None
     return left, top, right, bottom
+
+
+def hold_roi(previous: CropBox | None, proposed: CropBox, tolerance: float) -> CropBox:
+    """The previous crop while the proposed one is within ``tolerance`` of its side on every
+    edge, else the proposed one: a still face then gives the detector the very same pixels,
+    so the crop's own movement adds no jitter."""
+    if previous is None:
+        return proposed
+    side = max(proposed[2] - proposed[0], proposed[3] - proposed[1])
+    moved = max(abs(a - b) for a, b in zip(previous, proposed, strict=True))
+    return previous if moved <= tolerance * side else proposed
 
 
 def to_frame(faces: FrameFaces, crop: CropBox) -> FrameFaces:
@@ -104,29 +116,35 @@ def pick_for_track(found: FrameFaces, prediction: TrackPrediction, max_distance:
 
 @dataclass(frozen=True)
 class RoiResult:
-    """Faces re-detected on crops (frame coordinates), each track's score (0: not found), crops run."""
+    """Faces re-detected on crops (frame coordinates), each track's score (0: not found) and
+    crop box, and the number of crops run."""
 
     faces: FrameFaces
     scores: dict[int, float]
     crops: int
+    boxes: dict[int, CropBox] = field(default_factory=dict)
 
 
 def redetect(frame: Frame, detector: ScrfdDetector, predictions: Sequence[TrackPrediction],
-             cfg: TrackingConfig) -> RoiResult:
+             cfg: TrackingConfig, previous: Mapping[int, CropBox] | None = None) -> RoiResult:
     """Re-detect each predicted face on its crop with ``detector`` (a small-canvas one).
 
+    ``previous``: each track's last crop, kept while it still fits (:func:`hold_roi`).
     Duplicates from overlapping crops are removed (NMS at the detector's IoU).
     """
     check_frame(frame)
     frame_hw = (frame.shape[0], frame.shape[1])
     found: list[FrameFaces] = []
     scores: dict[int, float] = {}
+    boxes: dict[int, CropBox] = {}
     crops = 0
     for pred in predictions:
         scores[pred.track_id] = 0.0
-        crop = roi_for(pred.bbox_xyxy, frame_hw, cfg.roi_growth, cfg.roi_canvas)
-        if crop is None:
+        proposed = roi_for(pred.bbox_xyxy, frame_hw, cfg.roi_growth, cfg.roi_canvas)
+        if proposed is None:
             continue
+        crop = hold_roi((previous or {}).get(pred.track_id), proposed, cfg.roi_hold)
+        boxes[pred.track_id] = crop
         x1, y1, x2, y2 = crop
         crops += 1
         faces = to_frame(FrameFaces.from_faces(detector.detect(frame[y1:y2, x1:x2])), crop)
@@ -135,11 +153,50 @@ def redetect(frame: Frame, detector: ScrfdDetector, predictions: Sequence[TrackP
             found.append(faces.take([best]))
             scores[pred.track_id] = float(faces.score[best])
     if not found:
-        return RoiResult(FrameFaces.empty(), scores, crops)
+        return RoiResult(FrameFaces.empty(), scores, crops, boxes)
     merged = FrameFaces(np.concatenate([f.bbox_xyxy for f in found]), np.concatenate([f.landmarks_5 for f in found]),
                         np.concatenate([f.score for f in found]))
     keep = nms(merged.bbox_xyxy, merged.score, detector.cfg.nms_iou)
-    return RoiResult(merged.take(np.sort(keep)), scores, crops)
+    return RoiResult(merged.take(np.sort(keep)), scores, crops, boxes)
+
+
+def backfill(history: Sequence[tuple[int, Frame, FrameFaces]], face: FrameFaces, detector: ScrfdDetector,
+             cfg: TrackingConfig) -> tuple[dict[int, FrameFaces], int]:
+    """Follow a face first found by a full detection back through the frames before it.
+
+    ``history``: (frame index, frame, faces already found there), oldest first; ``face``: the
+    new face (one row). Each earlier frame, newest first, is re-detected on a crop around the
+    face's position extrapolated at constant velocity, until the face is not found or was
+    already found there. Returns frame index -> the face found there, and the crops run
+    (offline only: a face entering between two full detections then has landmarks from its
+    first frame on).
+    """
+    if len(face) != 1:
+        raise ValueError(f"expected one face to follow back, got {len(face)}")
+    found: dict[int, FrameFaces] = {}
+    points = face.points()[0]
+    velocity = np.zeros_like(points)
+    crops = 0
+    for frame_idx, frame, known in reversed(history):
+        guess = points + velocity
+        box = np.concatenate([np.minimum(guess[5], guess[6]), np.maximum(guess[5], guess[6])])
+        result = redetect(frame, detector, [TrackPrediction(NO_TRACK, box, guess[:5], 0, float(face.score[0]))], cfg)
+        crops += result.crops
+        if not len(result.faces):
+            break
+        if len(known) and float(iou_matrix(result.faces.bbox_xyxy, known.bbox_xyxy).max()) > 0.5:
+            break
+        found[frame_idx] = result.faces
+        new_points = result.faces.points()[0]
+        velocity, points = new_points - points, new_points
+    return found, crops
+
+
+def merge(a: FrameFaces, b: FrameFaces) -> FrameFaces:
+    """The faces of both (one frame)."""
+    return FrameFaces(np.concatenate([a.bbox_xyxy, b.bbox_xyxy]), np.concatenate([a.landmarks_5, b.landmarks_5]),
+                      np.concatenate([a.score, b.score]), np.concatenate([a.track_id, b.track_id]),
+                      np.concatenate([a.interpolated, b.interpolated]))
 
 
 @dataclass
@@ -148,31 +205,58 @@ class DetectionCounters:
 
     full: int = 0
     roi: int = 0
+    backfilled: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One frame of the tracking detector.
+
+    ``raw``: this frame's detections; ``online``: the online tracker's faces (ids, One Euro,
+    held faces); ``backfill``: faces of new tracks found on earlier frames (frame index ->
+    faces to add to that frame's raw detections before :func:`track_segment`).
+    """
+
+    raw: FrameFaces
+    online: FrameFaces
+    backfill: dict[int, FrameFaces]
 
 
 class TrackingDetector:
     """Full-frame or crop re-detection per frame, frames of one segment in order.
 
-    ``step(frame_idx, frame)`` returns the raw detections (give a segment's list of them to
-    :func:`~fusion_ray.core.tracking.track_segment` for offline tracking) and the online
-    tracker's faces (live streams). ``start_segment()`` makes the next frame a full detection.
+    ``step(frame_idx, frame)`` gives the raw detections (a segment's raw detections, with the
+    backfilled faces added, go to :func:`~fusion_ray.core.tracking.track_segment` for offline
+    tracking) and the online tracker's faces (live streams). With ``lookback`` (offline; by
+    default ``cfg.lookback``; live streams pass False), the last ``full_every`` frames are kept so that a face that entered since the last full
+    detection is followed back (:func:`backfill`). ``start_segment()`` starts a new segment.
     """
 
-    def __init__(self, detector: ScrfdDetector, cfg: TrackingConfig, fps: float = 30.0) -> None:
+    def __init__(self, detector: ScrfdDetector, cfg: TrackingConfig, fps: float = 30.0, *,
+                 lookback: bool | None = None) -> None:
         self.full_detector = detector
         self.roi_detector = roi_detector(detector, cfg.roi_canvas)
         self.cfg = cfg
         self.fps = fps
+        self.lookback = cfg.lookback if lookback is None else lookback
         self.counters = DetectionCounters()
         self.start_segment()
+
+    @property
+    def crops(self) -> dict[int, CropBox]:
+        """Each live track's last re-detection crop."""
+        return dict(self._crops)
 
     def start_segment(self) -> None:
         self.tracker = Tracker(self.cfg, self.fps)
         self._last_full: int | None = None
         self._low_score = False
+        self._known: set[int] = set()
+        self._crops: dict[int, CropBox] = {}
+        self._history: deque[tuple[int, Frame, FrameFaces]] = deque(maxlen=self.cfg.full_every)
 
-    def step(self, frame_idx: int, frame: Frame) -> tuple[FrameFaces, FrameFaces]:
+    def step(self, frame_idx: int, frame: Frame) -> StepResult:
         reason = full_detection_reason(frame_idx, last_full=self._last_full, cfg=self.cfg,
                                        lost=bool(self.tracker.newly_lost), low_score=self._low_score)
         if reason is not None:
@@ -183,9 +267,29 @@ class TrackingDetector:
             self.counters.reasons[reason] = self.counters.reasons.get(reason, 0) + 1
         else:
             predictions = self.tracker.predictions(frame_idx)
-            result = redetect(frame, self.roi_detector, predictions, self.cfg)
+            result = redetect(frame, self.roi_detector, predictions, self.cfg, self._crops)
+            self._crops.update(result.boxes)
             raw = result.faces
             self._low_score = any(0 < s < self.cfg.roi_min_score for s in result.scores.values())
             self.counters.roi += result.crops
         online = self.tracker.update(frame_idx, raw, (frame.shape[0], frame.shape[1]))
-        return raw, online
+        added = self._backfill(online, raw) if self.lookback and reason not in (None, "first") else {}
+        self._known.update(online.track_id.tolist())
+        live = {p.track_id for p in self.tracker.predictions(frame_idx + 1)}
+        self._crops = {tid: crop for tid, crop in self._crops.items() if tid in live}
+        if self.lookback:
+            self._history.append((frame_idx, frame, raw))
+        return StepResult(raw, online, added)
+
+    def _backfill(self, online: FrameFaces, raw: FrameFaces) -> dict[int, FrameFaces]:
+        added: dict[int, FrameFaces] = {}
+        for row in np.flatnonzero(~np.isin(online.track_id, list(self._known)) & ~online.interpolated):
+            follow = raw.take([int(np.argmin(np.abs(raw.bbox_xyxy - online.bbox_xyxy[row]).sum(axis=1)))])
+            found, crops = backfill(list(self._history), follow, self.roi_detector, self.cfg)
+            self.counters.roi += crops
+            self.counters.backfilled += len(found)
+            for idx, faces in found.items():
+                added[idx] = merge(added[idx], faces) if idx in added else faces
+        self._history = deque(((i, f, merge(r, added[i]) if i in added else r) for i, f, r in self._history),
+                              maxlen=self.cfg.full_every)
+        return added

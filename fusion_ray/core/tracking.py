@@ -5,7 +5,8 @@
 - :class:`Linker`: links each frame's detections to tracks. Each track predicts its position
   at constant velocity (box corners and landmarks); detections are matched to predictions
   one-to-one (optimal assignment) on landmark distance (in eye distances) plus 1 - box IoU,
-  within a gate that widens with the frames a track was missed. Unmatched detections start
+  within a gate that widens with the frames a track was missed (the velocity is fitted to
+  the last few detections). Unmatched detections start
   tracks; a track missed for more than ``keep_lost`` frames, or predicted wholly outside the
   frame, ends. The prediction is what keeps two crossing faces on their own ids.
 - :func:`track_segment` (offline, video jobs): links a segment's detections, interpolates
@@ -37,6 +38,9 @@ NO_TRACK = -1
 
 GATE_GROWTH = 0.25
 """The matching gate widens by this fraction of ``max_landmark_distance`` per missed frame."""
+
+VELOCITY_SAMPLES = 6
+"""A track's velocity is fitted to its last this many detections."""
 
 
 @dataclass(frozen=True)
@@ -125,18 +129,27 @@ class _Track:
     track_id: int
     last_frame: int
     points: FloatArray
-    velocity: FloatArray
     score: float
-    hits: int = 1
+    history: list[tuple[int, FloatArray]] = field(default_factory=list)
+    velocity: FloatArray | None = None
 
     def predict(self, frame_idx: int) -> FloatArray:
+        if self.velocity is None:
+            return self.points
         return self.points + self.velocity * (frame_idx - self.last_frame)
 
     def observe(self, frame_idx: int, points: FloatArray, score: float) -> None:
-        step = (points - self.points) / max(frame_idx - self.last_frame, 1)
-        self.velocity = step if self.hits == 1 else 0.5 * step + 0.5 * self.velocity
+        """Add a detection; the velocity is the least-squares slope of the last detections
+        (a few corrupted ones, as a face being covered, move it less than a last step would)."""
+        self.history = [*self.history, (frame_idx, points)][-VELOCITY_SAMPLES:]
         self.points, self.last_frame, self.score = points, frame_idx, score
-        self.hits += 1
+        if len(self.history) < 2:
+            return
+        frames = np.asarray([f for f, _ in self.history], np.float64)
+        stacked = np.stack([p for _, p in self.history])
+        offsets = frames - frames.mean()
+        slope = np.tensordot(offsets, stacked - stacked.mean(axis=0), axes=(0, 0)) / float(np.sum(offsets ** 2))
+        self.velocity = slope
 
 
 def _outside(points: FloatArray, frame_hw: tuple[int, int]) -> bool:
@@ -178,8 +191,9 @@ class Linker:
             matched.add(track.track_id)
         fresh = [i for i in range(len(faces)) if ids[i] < 0]
         for i in sorted(fresh, key=lambda k: (float(points[k, 5, 0]), float(points[k, 5, 1]))):
-            self._tracks.append(_Track(self._next_id, frame_idx, points[i], np.zeros_like(points[i]),
-                                       float(faces.score[i])))
+            track = _Track(self._next_id, frame_idx, points[i], float(faces.score[i]))
+            track.observe(frame_idx, points[i], float(faces.score[i]))
+            self._tracks.append(track)
             ids[i] = self._next_id
             self._next_id += 1
         self.newly_lost = [t.track_id for t in self._tracks
@@ -198,7 +212,10 @@ class Linker:
         iou = iou_matrix(predicted[:, 5:].reshape(-1, 4), points[:, 5:].reshape(-1, 4))
         gate = self.cfg.max_landmark_distance * (1.0 + GATE_GROWTH * misses)[:, None]
         cost = dist + (1.0 - iou)
-        return np.where((dist <= gate) & (iou >= self.cfg.min_iou), cost, np.inf)
+        # The IoU gate holds for tracks seen on the previous frame; a lost track's prediction
+        # drifts, and its widening landmark gate is the test.
+        overlap = (iou >= self.cfg.min_iou) | (misses > 0)[:, None]
+        return np.where((dist <= gate) & overlap, cost, np.inf)
 
 
 def fill_gaps(frames: npt.ArrayLike, points: npt.ArrayLike, scores: npt.ArrayLike,

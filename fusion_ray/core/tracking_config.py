@@ -20,15 +20,20 @@ class TrackingConfig(BaseModel):
     full_every: int = Field(
         default=10, ge=1, description="N: a full-frame detection at least every N frames (catches new faces); "
         "in between each tracked face is re-detected on a crop around its predicted position.")
-    roi_canvas: int = Field(default=160, ge=64, le=640, description="Detector canvas of a re-detection crop "
+    roi_canvas: int = Field(default=192, ge=64, le=640, description="Detector canvas of a re-detection crop "
                             "(square, a multiple of 32).")
-    roi_growth: float = Field(default=2.0, ge=1.2, le=4.0,
+    roi_growth: float = Field(default=1.6, ge=1.2, le=4.0,
                               description="Side of a re-detection crop over the longest side of the predicted box.")
+    roi_hold: float = Field(default=0.05, ge=0.0, le=0.5, description="A track's crop stays where it is while "
+                            "the new one would move by at most this fraction of its side (a still face then "
+                            "gives the detector the same pixels: no jitter from the crop moving).")
     roi_min_score: float = Field(default=0.6, gt=0.0, lt=1.0, description="A re-detected face scoring below this "
                                  "asks for a full-frame detection on the next frame.")
     max_gap: int = Field(default=3, ge=0, description="G: a face missed for at most G frames between two "
                          "detections of its track is interpolated (offline) or held (online).")
-    keep_lost: int = Field(default=15, ge=0, description="Frames an unmatched track is kept (and predicted) so "
+    lookback: bool = Field(default=True, description="Offline: a face found by a full detection is followed back "
+                           "on crops through the frames since the previous one (it entered in between).")
+    keep_lost: int = Field(default=30, ge=0, description="Frames an unmatched track is kept (and predicted) so "
                            "that a face hidden or crossed by another one gets its id back.")
     max_landmark_distance: float = Field(
         default=1.0, gt=0.0, description="Largest mean landmark distance from a track's prediction to a "

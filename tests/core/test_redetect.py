@@ -10,12 +10,14 @@ from fusion_ray.config import DetectorConfig, RuntimeConfig
 from fusion_ray.core.redetect import (
     TrackingDetector,
     full_detection_reason,
+    hold_roi,
+    merge,
     redetect,
     roi_detector,
     roi_for,
     to_frame,
 )
-from fusion_ray.core.tracking import FrameFaces, Tracker
+from fusion_ray.core.tracking import FrameFaces, Tracker, track_segment
 from fusion_ray.core.tracking_config import TrackingConfig
 from fusion_ray.imageio import read_image
 from fusion_ray.models.detector import ScrfdDetector
@@ -98,9 +100,9 @@ def test_tracking_detector_runs_full_detection_every_n_frames_and_crops_between(
     tracking = TrackingDetector(detector, TrackingConfig(full_every=5))
     ids = []
     for f, frame in enumerate(clip):
-        raw, online = tracking.step(f, frame)
-        assert len(raw) == 1
-        ids.append(online.track_id.tolist())
+        step = tracking.step(f, frame)
+        assert len(step.raw) == 1 and not step.backfill
+        ids.append(step.online.track_id.tolist())
     assert ids == [[0]] * len(clip)
     assert tracking.counters.full == 3 and tracking.counters.roi == len(clip) - 3   # frames 0, 5, 10
     assert tracking.counters.reasons == {"first": 1, "every": 2}
@@ -114,3 +116,44 @@ def test_tracking_detector_runs_full_detection_after_a_face_is_lost(detector, cl
     # 0: first; 3: the crop finds nothing (the face is lost); 4: a full detection finds it again.
     assert tracking.counters.reasons == {"first": 1, "lost": 1}
     assert tracking.counters.roi == 4
+
+
+@pytest.mark.parametrize("previous,proposed,tolerance,expected", [
+    (None, (10, 10, 110, 110), 0.05, (10, 10, 110, 110)),
+    ((10, 10, 110, 110), (13, 12, 113, 112), 0.05, (10, 10, 110, 110)),   # moved 3 px <= 5% of 100
+    ((10, 10, 110, 110), (16, 10, 116, 110), 0.05, (16, 10, 116, 110)),   # moved 6 px
+    ((10, 10, 110, 110), (10, 10, 120, 120), 0.05, (10, 10, 120, 120)),   # grew
+    ((10, 10, 110, 110), (11, 10, 111, 110), 0.0, (11, 10, 111, 110)),
+])
+def test_hold_roi(previous, proposed, tolerance, expected):
+    assert hold_roi(previous, proposed, tolerance) == expected
+
+
+def test_a_crop_stays_while_the_face_moves_less_than_the_hold(detector, clip):
+    # The face slides 6 px a frame; its crop (about 210 px) holds for moves up to 5% (10 px).
+    crops: dict[float, list] = {}
+    for hold in (0.05, 0.0):
+        tracking = TrackingDetector(detector, TrackingConfig(full_every=50, roi_hold=hold))
+        crops[hold] = []
+        for f in range(5):
+            tracking.step(f, clip[f])
+            crops[hold].append(tracking.crops.get(0))
+    held = crops[0.05]
+    assert held[0] is None and held[3] == held[2] and held[4] != held[3]
+    assert crops[0.0][3] != crops[0.0][2]
+
+
+def test_a_face_entering_between_full_detections_is_followed_back(detector, clip):
+    empty = np.full_like(clip[0], 110)
+    frames = [empty] * 3 + clip[3:8]       # the face appears on frame 3; full detections on 0 and 5
+    tracking = TrackingDetector(detector, TrackingConfig(full_every=5))
+    steps = [tracking.step(f, frame) for f, frame in enumerate(frames)]
+    assert [len(s.raw) for s in steps] == [0, 0, 0, 0, 0, 1, 1, 1]
+    assert sorted(steps[5].backfill) == [3, 4] and tracking.counters.backfilled == 2
+    raw = [s.raw for s in steps]
+    for idx, faces in steps[5].backfill.items():
+        raw[idx] = merge(raw[idx], faces)
+    tracked = track_segment(raw, TrackingConfig())
+    assert [f.track_id.tolist() for f in tracked] == [[], [], [], [0], [0], [0], [0], [0]]
+    live = TrackingDetector(detector, TrackingConfig(full_every=5), lookback=False)
+    assert not any(live.step(f, frame).backfill for f, frame in enumerate(frames))
