@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class FusionRayError(Exception):
     """Base class of every error fusion_ray raises on purpose."""
@@ -65,3 +67,50 @@ def is_fatal(exc: BaseException) -> bool:
     if isinstance(exc, (MemoryError, ModelError, SystemError)):
         return True
     return type(exc).__module__.startswith("onnxruntime")
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)): ?(.*)$")
+_RAY_HEAD = re.compile(r"^(.*?)(?:(?:[A-Za-z_][\w]*\.)*\w+(?:Error|Exception)\b: |ray::)")
+_IN_RAY = " (in a Ray worker)"
+
+
+def one_line(text: str, *, keep_head: bool = True) -> str:
+    """``text`` as one line without ANSI codes; a Ray error text with a traceback becomes its cause.
+
+    Ray puts the worker's traceback into an error's text (an ActorDiedError keeps nothing
+    else): such a text becomes what precedes the Ray error on its first line (e.g. the item)
+    and the last exception line of the traceback, its type without the module. ``keep_head``
+    False drops the first part (for Ray's own text, whose first line is Ray's wording).
+    """
+    text = _ANSI.sub("", text)
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0].strip() if lines else ""
+    if not any(line.lstrip().startswith(('File "', "Traceback (most recent call last)")) for line in lines):
+        return "; ".join(line.strip() for line in lines)
+    for line in reversed(lines):
+        found = _EXCEPTION_LINE.match(line.strip())
+        if found:
+            head = _RAY_HEAD.match(lines[0]) if keep_head else None
+            return f"{head.group(1) if head else ''}{found.group(1)}: {found.group(2)}{_IN_RAY}"
+    return lines[0].strip()
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for any error: a FusionRayError's message, else ``Type: message``.
+
+    A Ray error (RayTaskError, ActorDiedError, ...) is described by its cause: the worker's
+    exception, never Ray's traceback.
+    """
+    cause = getattr(exc, "cause", None)
+    if type(exc).__module__.startswith("ray.") and isinstance(cause, BaseException) and cause is not exc:
+        inner = describe_error(cause)
+        if not inner.endswith(_IN_RAY):
+            inner = f"{type(cause).__name__}: {inner}" if isinstance(cause, FusionRayError) else inner
+            inner += _IN_RAY
+        return inner
+    text = one_line(str(exc), keep_head=not type(exc).__module__.startswith("ray."))
+    if isinstance(exc, FusionRayError) or text.endswith(_IN_RAY):
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

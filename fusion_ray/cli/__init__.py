@@ -1,7 +1,8 @@
 """The ``fusion-ray`` command. The CLI package is the only place that prints and exits.
 
 Each subcommand lives in its own module with ``register(subparsers)`` and a ``run(args)``
-that returns an exit code; library errors are mapped to one-line messages here.
+that returns an exit code; library errors are mapped to one-line messages here
+(:func:`fusion_ray.errors.describe_error`: a Ray worker's error is its cause, never a traceback).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from fusion_ray import __version__
-from fusion_ray.errors import FusionRayError
+from fusion_ray.errors import FusionRayError, describe_error
 
 INTERNAL_ERROR_EXIT = 70
 
@@ -61,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.run(args)
         return code
     except FusionRayError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {describe_error(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -69,7 +70,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # the last line of defence: one line, no traceback unless -vv
         if args.verbose >= 2:
             raise
-        print(f"internal error: {type(exc).__name__}: {exc} (run with -vv for a traceback)", file=sys.stderr)
+        if type(exc).__module__.startswith("ray."):  # a worker's error: its cause, in one line
+            print(f"error: {describe_error(exc)}", file=sys.stderr)
+            return 1
+        print(f"internal error: {describe_error(exc)} (run with -vv for a traceback)", file=sys.stderr)
         return INTERNAL_ERROR_EXIT
 
 

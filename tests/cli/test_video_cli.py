@@ -1,6 +1,7 @@
 """The video side of ``swap``: arguments refused before Ray starts."""
 
 import logging
+import shutil
 import subprocess
 import sys
 from fractions import Fraction
@@ -122,3 +123,25 @@ def test_a_variable_frame_rate_is_a_warning_before_ray(tmp_path, images_dir, cap
     assert [r.getMessage() for r in caplog.records] == [
         f"{clip}: variable frame rate (10 to 30 frames/s): the output keeps the source's "
         "frame timestamps"]
+
+
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_cluster")
+def test_an_error_in_a_ray_worker_ends_in_one_line(tmp_path, images_dir, standin_dir, scrfd_path, capsys):
+    """The swapper is corrupt: the driver (detector, embedder) is fine, the pipeline's actor is not."""
+    models = tmp_path / "models"
+    shutil.copytree(standin_dir, models)
+    swapper = models / "inswapper_128.onnx"
+    data = bytearray(swapper.read_bytes())
+    data[1000:1100] = b"x" * 100  # its hash record no longer matches
+    swapper.write_bytes(bytes(data))
+    clip = make_test_video(tmp_path / "clip.mp4", face_image=read_image(images_dir / "obama.jpg").frame, n_frames=4,
+                           fps=Fraction(25), size_wh=(128, 96), audio=False)
+    code = main(["swap", "-s", str(images_dir / "biden.jpg"), "-t", str(clip), "-o", str(tmp_path / "out.mp4"),
+                 "--models-dir", str(models), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu",
+                 "--no-progress-bars"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"error: {clip}: ModelIntegrityError: model 'inswapper_128' at {swapper} does not match")
+    assert last.endswith("(in a Ray worker)") and "\x1b" not in last
