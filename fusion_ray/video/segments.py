@@ -108,7 +108,7 @@ def index_packets(path: str | Path) -> PacketIndex:
     finally:
         container.close()
     while shown and shown[-1][3]:
-        logger.warning("the last video packet of %s is incomplete (the file is cut short); it is left out", path)
+        logger.info("the last video packet of %s is incomplete (the file is cut short); it is left out", path)
         shown.pop()
     if not shown:
         raise VideoError(f"no video frames in {path}")
