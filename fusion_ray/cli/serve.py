@@ -3,21 +3,33 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
 import time
+from importlib import resources
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from fusion_ray.cli.common import parse_model_paths
 from fusion_ray.errors import ConfigError
 
-DEFAULT_CONFIG = Path("configs/serve.yaml")
+DEFAULT_CONFIG_NAME = "default_serve.yaml"
+"""The default Serve config, shipped in the package (configs/serve.yaml is its editable copy)."""
+
+
+def default_config() -> Path:
+    """The packaged default Serve config (found from any working folder)."""
+    return Path(str(resources.files("fusion_ray.serve").joinpath(DEFAULT_CONFIG_NAME)))
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("serve", help="run the HTTP API on Ray Serve",
-                            description="Start the fusion_ray Serve application (configs/serve.yaml) on a local "
-                            "Ray (or --address) and serve until interrupted.")
+                            description="Start the fusion_ray Serve application (the packaged default config, "
+                            "or --config) on a local Ray (or --address) and serve until interrupted (Ctrl-C or "
+                            "SIGTERM stop it cleanly).")
     _common(parser)
     parser.add_argument("--host", help="listen address (default: the config's http_options, else 127.0.0.1)")
     parser.add_argument("--port", type=int, help="listen port (default: the config's http_options, else 8000)")
@@ -43,8 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
-                        help=f"Serve config file (default: {DEFAULT_CONFIG})")
+    parser.add_argument("--config", type=Path, default=None,
+                        help="Serve config file (default: the packaged copy of configs/serve.yaml)")
     parser.add_argument("--models-dir", type=Path, help="model directory (overrides engine.models.models_dir)")
     parser.add_argument("--model", action="append", default=[], metavar="NAME=PATH",
                         help="use this file for model NAME (repeatable)")
@@ -54,6 +66,8 @@ def app_args_from_cli(args: argparse.Namespace) -> tuple[dict[str, Any], dict[st
     """(validated app args as JSON-ready data, the application entry, the whole Serve config)."""
     from fusion_ray.serve.settings import find_application, parse_settings, read_serve_config
 
+    if args.config is None:
+        args.config = default_config()
     config = read_serve_config(args.config)
     app = find_application(config, str(args.config))
     data: dict[str, Any] = dict(app.get("args") or {})
@@ -71,11 +85,30 @@ def app_args_from_cli(args: argparse.Namespace) -> tuple[dict[str, Any], dict[st
     return settings.model_dump(mode="json"), app, config
 
 
+def start_reaper() -> None:
+    """Start :mod:`fusion_ray.cli.reaper` for this process, in its own session (Ctrl-C in the
+    terminal does not reach it; it exits once this process and the Ray it started are gone)."""
+    import subprocess
+
+    subprocess.Popen([sys.executable, "-m", "fusion_ray.cli.reaper", str(os.getpid())],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True)
+
+
+class _Stop(Exception):
+    """SIGTERM: stop as Ctrl-C does."""
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stop
+
+
 def run_serve(args: argparse.Namespace) -> int:
     import ray
     from ray import serve
 
     from fusion_ray.serve.app import build_app
+    from fusion_ray.serve.auth import is_loopback
 
     app_args, app, config = app_args_from_cli(args)
     http = dict(config.get("http_options") or {})
@@ -83,20 +116,45 @@ def run_serve(args: argparse.Namespace) -> int:
     port = args.port or int(http.get("port") or 8000)
     name = app.get("name", "fusion_ray")
     prefix = app.get("route_prefix", "/")
-    if not ray.is_initialized():
+    auth = app_args.setdefault("auth", {})
+    if auth.get("metrics_public") is None:  # null: public on a loopback bind only
+        auth["metrics_public"] = is_loopback(host)
+    started = not ray.is_initialized()
+    if started:
+        if args.address is None:
+            start_reaper()  # a kill -9 of this process must not orphan the local Ray's agents
         ray.init(address=args.address, include_dashboard=False)
-    serve.start(http_options={"host": host, "port": port})
-    print(f"starting {name} on http://{host}:{port}{prefix} (models load in the replicas)...", file=sys.stderr)
-    serve.run(build_app(app_args), name=name, route_prefix=prefix, blocking=False)
-    print(f"ready: http://{host}:{port}{prefix.rstrip('/')}/docs  (Ctrl-C stops it)", file=sys.stderr)
+    # After ray.init, which installs its own SIGTERM handler (sys.exit): SIGTERM now takes the
+    # same path as Ctrl-C, so Serve and the local Ray it started are shut down in order.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_stop)
     try:
+        serve.start(http_options={"host": host, "port": port})
+        print(f"starting {name} on http://{host}:{port}{prefix} (models load in the replicas)...", file=sys.stderr)
+        serve.run(build_app(app_args), name=name, route_prefix=prefix, blocking=False)
+        print(f"ready: http://{host}:{port}{prefix.rstrip('/')}/docs  (Ctrl-C or SIGTERM stops it)",
+              file=sys.stderr)
         while True:
             time.sleep(3600)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Stop):
         print("stopping...", file=sys.stderr)
     finally:
-        serve.shutdown()
+        _shutdown(serve, ray if started else None)
     return 0
+
+
+def _shutdown(serve: Any, ray: Any | None) -> None:
+    """Serve, then the local Ray this command started (its GCS, raylet and agents)."""
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the shutdown short
+    try:
+        serve.shutdown()
+    finally:
+        if ray is not None:
+            ray.shutdown()
+        if main:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def run_load(args: argparse.Namespace) -> int:
