@@ -325,7 +325,8 @@ def to_markdown(report: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fusion_ray.bench.tracking", description=__doc__.split("\n")[0])
     parser.add_argument("--assets", type=Path, default=None, help="shared assets (images/, models/scrfd_2.5g.onnx)")
-    parser.add_argument("--out", type=Path, default=Path("tracking_bench"), help="folder for report.json and report.md")
+    parser.add_argument("--out", type=Path, default=Path("runs/tracking_bench"),
+                        help="folder for report.json and report.md")
     parser.add_argument("--sweep", action="store_true", help="also other N, canvas, growth, G and smoothing settings")
     args = parser.parse_args(argv)
     assets = args.assets or shared_assets_dir()
