@@ -20,6 +20,7 @@ from typing import Any
 
 import ray
 
+from fusion_ray.core.provenance import Provenance
 from fusion_ray.image import load_reference
 from fusion_ray.pipeline.build import Sink, build_pipeline
 from fusion_ray.pipeline.config import FUSED_POOL, JobConfig, PipelineConfig
@@ -27,13 +28,7 @@ from fusion_ray.pipeline.datasource import FrameDatasource, ReadUnit
 from fusion_ray.pipeline.finalise import cleanup, join_video
 from fusion_ray.pipeline.plan import GroupPlan, ItemPlan, JobPlan
 from fusion_ray.pipeline.report import ItemKind, ItemResult, ItemStatus, JobReport
-from fusion_ray.pipeline.sources import (
-    image_metadata,
-    load_driver_engine,
-    prepare_identities,
-    stand_in_models,
-    video_comment,
-)
+from fusion_ray.pipeline.sources import driver_provenance, load_driver_engine, prepare_identities
 from fusion_ray.pipeline.stages import stage_names
 from fusion_ray.pipeline.tracker import SegmentKey, SegmentTracker
 from fusion_ray.pipeline.writer import ImageTarget, SegmentWriter, VideoTarget, writer_for
@@ -62,9 +57,9 @@ def run_group(plan: JobPlan, group: GroupPlan, results: Sequence[ItemResult], re
     members = [plan.items[n] for n in group.members]
     identities, source_of = prepare_identities({p.index: p.item.sources for p in members}, driver, results)
     sources = Sources(identities, source_of, load_reference(driver))
-    stand_ins = stand_in_models(group.cfg.engine, driver)
-    report.add_stand_ins(stand_ins)
-    run = GroupRun([p for p in members if p.index in source_of], group.cfg, results, report, stand_ins)
+    provenance = driver_provenance(group.cfg.engine, driver)
+    report.add_stand_ins(provenance.report_field())
+    run = GroupRun([p for p in members if p.index in source_of], group.cfg, results, report, provenance)
     run.execute(sources, progress, gpus_now)
 
 
@@ -72,14 +67,14 @@ class GroupRun:
     """The state of one group's run: its items, writers, segment tracker and finishing segments."""
 
     def __init__(self, items: Sequence[ItemPlan], cfg: JobConfig, results: Sequence[ItemResult],
-                 report: JobReport, stand_ins: Sequence[str]) -> None:
+                 report: JobReport, provenance: Provenance) -> None:
         self.items = {p.index: p for p in items}
         self.videos = {n: p for n, p in self.items.items() if p.kind is ItemKind.VIDEO}
         self.cfg = cfg
         self.results = results
         self.report = report
-        self.metadata = image_metadata(stand_ins)
-        self.comment = video_comment(stand_ins)
+        self.metadata = provenance.metadata()
+        self.comment = provenance.comment()
         self.tracker = SegmentTracker({n: v.segments for n, v in self.videos.items()})
         self.writers: list[Any] = []
         self.finishing: dict[Any, SegmentKey] = {}

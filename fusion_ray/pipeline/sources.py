@@ -1,8 +1,8 @@
 """The driver's side of a group's run: its engine, the source identities, the provenance.
 
-The driver embeds each distinct source set once (the actors get the small identities), and
-says which models are stand-ins, in the report and in every output. Each concern is one small
-function, to be replaced by the core's ``identity`` module and ``Provenance`` value.
+The driver embeds each distinct source set once with the core's ``identity`` functions (the
+actors get the small identities), and its :class:`Provenance` says which models are
+stand-ins, in the report and in every output.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fusion_ray import __version__
 from fusion_ray.config import EngineConfig
+from fusion_ray.core.modelset import inspect_models
+from fusion_ray.core.provenance import Provenance
 from fusion_ray.engine import Engine
 from fusion_ray.errors import FusionRayError
-from fusion_ray.image import metadata_for
 from fusion_ray.imageio import read_image
 from fusion_ray.pipeline.report import ItemResult
 from fusion_ray.types import SourceIdentity
@@ -55,34 +55,7 @@ def prepare_identities(sources: Mapping[int, tuple[Path, ...]], engine: Engine, 
     return identities, source_of
 
 
-def stand_in_models(cfg: EngineConfig, driver_engine: Engine) -> list[str]:
-    """Stand-ins among every model the pipeline loads (the driver holds only some of them)."""
-    from fusion_ray.engine import required_components
-    from fusion_ray.models.standins import is_stand_in
-    from fusion_ray.models.store import ModelStore, resolve_models_dir
-
-    names = set(driver_engine.stand_in_models)
-    store = ModelStore(resolve_models_dir(cfg.models.models_dir), overrides=dict(cfg.models.paths))
-    wanted = required_components(cfg)
-    model_names = {"swapper": cfg.models.swapper if cfg.swap.swapper == "inswapper" else None,
-                   "enhancer": cfg.models.enhancer, "embedder": cfg.models.embedder}
-    for component, name in model_names.items():
-        if component in wanted and name is not None:
-            path = store.path_for(name)
-            if path.is_file() and is_stand_in(path):
-                names.add(name)
-    return sorted(names)
-
-
-def image_metadata(stand_ins: Sequence[str]) -> dict[str, str]:
-    """The PNG text / JPEG comment of image outputs."""
-    return metadata_for(stand_ins)
-
-
-def video_comment(stand_ins: Sequence[str]) -> str:
-    """The MP4 comment of video outputs."""
-    metadata = metadata_for(stand_ins)
-    comment = f"made by fusion_ray {__version__}"
-    if "fusion_ray.stand_in_models" in metadata:
-        comment += f" with STAND-IN models ({metadata['fusion_ray.stand_in_models']}): not a real face swap"
-    return comment
+def driver_provenance(cfg: EngineConfig, driver_engine: Engine) -> Provenance:
+    """The provenance of every model the pipeline uses: the driver's own, and the stage actors'
+    read from their files (``inspect_models``), so every output made with a stand-in says so."""
+    return Provenance.of({**inspect_models(cfg), **driver_engine.model_info})
