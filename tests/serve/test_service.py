@@ -146,7 +146,7 @@ def obama_id(service, photos):
 
 def metrics(base: str) -> dict:
     response = requests.get(f"{base}/metrics", timeout=30)
-    assert response.status_code == 200
+    assert response.status_code == 200, (response.headers, response.text)
     assert response.headers["content-type"].startswith("text/plain")
     return parse_exposition(response.text)
 
@@ -369,6 +369,20 @@ def _stalled_upload(base: str, source_address: str) -> socket.socket:
     return sock
 
 
+def _replies(socks: list[socket.socket]) -> list[bytes]:
+    """What the server already answered on stalled connections (for failure messages)."""
+    out = []
+    for sock in socks:
+        sock.setblocking(False)
+        try:
+            out.append(sock.recv(300))
+        except BlockingIOError:
+            pass
+        finally:
+            sock.setblocking(True)
+    return out
+
+
 def test_stalled_uploads_do_not_take_compute_slots(service, photos):
     """24 stalled uploads (from 24 loopback addresses: the per-client bound does not apply) hold
     upload slots only; a normal swap still gets 200. Before the fix, 6 of them took every in-flight slot."""
@@ -377,7 +391,7 @@ def test_stalled_uploads_do_not_take_compute_slots(service, photos):
     try:
         for i in range(24):
             stalled.append(_stalled_upload(service, f"127.0.1.{i + 1}"))
-        assert _wait_until(lambda: _uploads(service) == 24), "the stalled uploads did not arrive"
+        assert _wait_until(lambda: _uploads(service) == 24, timeout_s=60), (_uploads(service), _replies(stalled))
         assert _inflight(service) == 0
         response = swap(service, photos["biden"], source_id=obama_id)
         assert response.status_code == 200, response.text
