@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from fusion_ray.core.tracking_config import TrackingConfig
 from fusion_ray.errors import ConfigError
 
 
@@ -103,6 +104,17 @@ class EngineConfig(_Config):
     selection: SelectionConfig = SelectionConfig()
     swap: SwapConfig = SwapConfig()
     enhance: EnhanceConfig = EnhanceConfig()
+    tracking: TrackingConfig = Field(
+        default=TrackingConfig(), description="Face tracking through videos (Ray Data jobs); images never "
+        "track. 'on' / 'off' (or true / false) stand for the defaults with tracking enabled or not.")
+
+    @field_validator("tracking", mode="before")
+    @classmethod
+    def _tracking_on_off(cls, value: Any) -> Any:
+        """``tracking: on|off`` (YAML reads them as booleans) for ``{enabled: ...}``."""
+        if isinstance(value, str) and value.strip().lower() in ("on", "off"):
+            value = value.strip().lower() == "on"
+        return {"enabled": value} if isinstance(value, bool) else value
 
     def in_ray_actor(self, gets_gpu: bool) -> EngineConfig:
         """This config as seen from a Ray actor (a pipeline stage or a Serve replica).

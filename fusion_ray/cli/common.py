@@ -26,6 +26,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                        help="use this file for model NAME, e.g. scrfd_2.5g=/x/scrfd_2.5g.onnx (repeatable)")
     group.add_argument("--providers", help="comma-separated execution providers: tensorrt,cuda,cpu (default: auto)")
     group.add_argument("--detector-size", type=int, help="detector input size, a multiple of 32 (default 640)")
+    group.add_argument("--no-tracking", dest="tracking", action="store_false", default=None,
+                       help="videos: detect faces on every frame instead of tracking them (images never track)")
 
 
 def parse_model_paths(items: list[str]) -> dict[str, Path]:
@@ -64,4 +66,6 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         data["runtime"]["providers"] = [p.strip().lower() for p in args.providers.split(",") if p.strip()]
     if args.detector_size:
         data["detector"]["size"] = args.detector_size
+    if getattr(args, "tracking", None) is False:
+        data["tracking"]["enabled"] = False
     return parse_config(data, EngineConfig, source="options")
