@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ray import serve
 from ray.serve import Application
@@ -22,6 +22,8 @@ from ray.serve.config import BackpressureConfig
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fusion_ray import __version__
+from fusion_ray.live.localhost import live_page
+from fusion_ray.live.transport import StarletteTransport
 from fusion_ray.serve.chain import DOWNSTREAM_ERRORS, downstream_error
 from fusion_ray.serve.deployments import (
     DetectorDeployment,
@@ -70,8 +72,21 @@ def create_api(core: IngressCore) -> FastAPI:
     bearer = HTTPBearer(auto_error=False, description="Set when the service has an API token.")
     _error_handlers(api, core)
     _v1_routes(api, core, bearer)
+    _live_routes(api, core)
     _ops_routes(api, core, bearer)
     return api
+
+
+def _live_routes(api: FastAPI, core: IngressCore) -> None:
+    @api.get("/live", tags=["live"], response_class=HTMLResponse, summary="The live-stream page (webcam in, swap out)")
+    async def page() -> HTMLResponse:
+        return HTMLResponse(live_page())
+
+    @api.websocket("/v1/stream")
+    async def stream(websocket: WebSocket) -> None:
+        """Live stream (protocol in the README); the token travels in the start message."""
+        await websocket.accept()
+        await core.live.serve(StarletteTransport(websocket))
 
 
 def _error_handlers(api: FastAPI, core: IngressCore) -> None:

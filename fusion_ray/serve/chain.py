@@ -22,6 +22,7 @@ from ray.serve.exceptions import BackPressureError, RayServeException
 
 from fusion_ray.core import chain as core_chain
 from fusion_ray.core.facebatch import FaceBatch
+from fusion_ray.core.identity import SourceFace
 from fusion_ray.core.layout import enhance_layout, swap_layout
 from fusion_ray.core.modelset import ModelInfo
 from fusion_ray.core.provenance import Provenance
@@ -87,17 +88,19 @@ class Downstream:
             self.metrics.batch(deployment, int(record["requests"]), int(record["faces"]), float(record["compute_s"]))
 
     # ------------------------------------------------------------ the chain
-    async def detect(self, t: Timings, frame: np.ndarray, mode: str, index: int) -> dict[str, Any]:
-        found: dict[str, Any] = await self.call(t, "detect", lambda: self.detector.detect.remote(frame, mode, index))
+    async def detect(self, t: Timings, frame: np.ndarray, mode: str, index: int,
+                     size: int | None = None) -> dict[str, Any]:
+        found: dict[str, Any] = await self.call(t, "detect",
+                                                lambda: self.detector.detect.remote(frame, mode, index, size))
         t.record("detect_compute", float(found["compute_s"]))  # the detect stage minus the hop
         _failed(found["error"], "detection")
         return found
 
-    async def source_face(self, t: Timings, frame: np.ndarray) -> np.ndarray | None:
+    async def source_face(self, t: Timings, frame: np.ndarray) -> SourceFace | None:
         return await self.call(t, "source_detect", lambda: self.detector.source_face.remote(frame))  # type: ignore[no-any-return]
 
-    async def embed(self, t: Timings, crops: np.ndarray) -> SourceIdentity:
-        result = await self.call(t, "embed", lambda: self.swapper.embed.remote(crops))
+    async def embed(self, t: Timings, faces: list[SourceFace]) -> SourceIdentity:
+        result = await self.call(t, "embed", lambda: self.swapper.embed.remote(faces))
         self._batch("embedder", result)
         return result["identity"]  # type: ignore[no-any-return]
 

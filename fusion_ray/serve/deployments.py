@@ -32,7 +32,9 @@ from fusion_ray.core import chain, identity
 from fusion_ray.core.facebatch import NO_TRACK, FaceBatch
 from fusion_ray.core.layout import swap_layout
 from fusion_ray.core.modelset import ModelInfo, ModelSet
+from fusion_ray.core.redetect import roi_detector
 from fusion_ray.core.swapper import swap_backend
+from fusion_ray.models.detector import ScrfdDetector
 from fusion_ray.models.enhancer import blend_crops
 from fusion_ray.serve.batching import AdaptiveWait
 from fusion_ray.serve.metrics import MetricsStore, Snapshot
@@ -75,13 +77,23 @@ class DetectorDeployment:
             cv2.setNumThreads(threads)
         self.models = ModelSet.load(self.cfg, ["detector"], cpu_budget=budget)
         self.layout = swap_layout(self.cfg)
+        self._canvases: dict[int, ScrfdDetector] = {}
         log.info("detector replica ready (cpu budget %s)", budget)
 
-    def detect(self, frame: np.ndarray, mode: str, index: int) -> dict[str, Any]:
+    def _detector(self, size: int | None) -> ScrfdDetector:
+        """The detector, or one over the same session on a smaller canvas (a live stream's level 3)."""
+        base = self.models.need_detector()
+        if size is None or size == base.cfg.size:
+            return base
+        if size not in self._canvases:
+            self._canvases[size] = roi_detector(base, size)
+        return self._canvases[size]
+
+    def detect(self, frame: np.ndarray, mode: str, index: int, size: int | None = None) -> dict[str, Any]:
         """Faces found, faces selected, and the selected faces (a FaceBatch with swap crops)."""
         start = time.perf_counter()
         errors = [""]
-        found = chain.detect_select_align(self.models.need_detector(), [frame], errors,
+        found = chain.detect_select_align(self._detector(size), [frame], errors,
                                           [chain.Selection(mode, index)], self.layout)
         return {
             "faces_detected": int(found.faces_detected[0]),
@@ -92,10 +104,10 @@ class DetectorDeployment:
             "compute_s": time.perf_counter() - start,
         }
 
-    def source_face(self, frame: np.ndarray) -> np.ndarray | None:
-        """The embedder crop of the source image's face (the core's ``identity``), or None."""
+    def source_face(self, frame: np.ndarray) -> identity.SourceFace | None:
+        """The source image's face cut for the embedder (and the classic swap), or None."""
         face = identity.largest_face(self.models.need_detector().detect(frame))
-        return identity.cut_source_face(frame, face, self.cfg).embed_crop if face is not None else None
+        return identity.cut_source_face(frame, face, self.cfg) if face is not None else None
 
     def model_info(self) -> dict[str, ModelInfo]:
         return dict(self.models.info)
@@ -111,7 +123,9 @@ class SwapperDeployment:
     def __init__(self, settings: ServeSettings) -> None:
         self.cfg = settings.engine.in_ray_actor(settings.deployments.swapper.num_gpus > 0)
         budget = settings.deployments.swapper.threads_budget()
-        self.models = ModelSet.load(self.cfg, ["swapper", "embedder"], cpu_budget=budget)
+        # The classic swap needs no model at all: the identity is the source crop.
+        components: list[Any] = ["swapper", "embedder"] if self.cfg.swap.swapper == "inswapper" else []
+        self.models = ModelSet.load(self.cfg, components, cpu_budget=budget)
         self.backend = swap_backend(self.cfg, self.models)
         _configure_batching(self._swap_batched, settings.batching.swap)  # type: ignore[misc]
         _configure_batching(self._embed_batched, settings.batching.embed)
@@ -144,34 +158,36 @@ class SwapperDeployment:
         results[0]["batch"] = _batch_record(len(crops), sum(len(c) for c in crops), time.perf_counter() - start)
         return results
 
-    async def embed(self, crops: np.ndarray) -> dict[str, Any]:
-        """One request: the (k, 112, 112, 3) embedder crops of its source images -> one identity (batched)."""
+    async def embed(self, faces: list[identity.SourceFace]) -> dict[str, Any]:
+        """One request: the source faces of its source images -> one identity (embedding batched)."""
         _set_wait(self._embed_batched, self.embed_wait.arrival(time.monotonic()))
-        return await self._embed_batched(crops)  # type: ignore[arg-type,no-any-return]
+        return await self._embed_batched(faces)  # type: ignore[arg-type,no-any-return]
 
     @serve.batch
-    async def _embed_batched(self, crops: list[np.ndarray]) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self._embed_batch, crops)
+    async def _embed_batched(self, requests: list[list[identity.SourceFace]]) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self._embed_batch, requests)
 
-    def _embed_batch(self, crops: list[np.ndarray]) -> list[dict[str, Any]]:
+    def _embed_batch(self, requests: list[list[identity.SourceFace]]) -> list[dict[str, Any]]:
+        """One embedder call over every source face of every request (none for the classic swap)."""
         start = time.perf_counter()
-        vectors = self.models.need_embedder().embed_crops(np.concatenate(crops))
+        everyone = [face for faces in requests for face in faces]
+        embedder = self.models.embedder
+        vectors = identity.embed_source_faces(embedder, everyone) if embedder is not None else None
         results: list[dict[str, Any]] = []
         offset = 0
-        for item in crops:
-            rows = vectors[offset:offset + len(item)]
-            offset += len(item)
-            faces = [identity.SourceFace(crop, None, 1.0) for crop in item]
+        for faces in requests:
+            rows = vectors[offset:offset + len(faces)] if vectors is not None else None
+            offset += len(faces)
             results.append({"identity": identity.identity_from(faces, rows, self.cfg, self.models.inswapper)})
-        results[0]["batch"] = _batch_record(len(crops), len(vectors), time.perf_counter() - start)
+        results[0]["batch"] = _batch_record(len(requests), len(everyone), time.perf_counter() - start)
         return results
 
     def model_info(self) -> dict[str, ModelInfo]:
         return dict(self.models.info)
 
     def check_health(self) -> None:
-        self.models.need_embedder()
         if self.cfg.swap.swapper == "inswapper":
+            self.models.need_embedder()
             self.models.need_inswapper()
 
 

@@ -28,6 +28,7 @@ from fastapi.responses import JSONResponse, Response
 
 from fusion_ray.engine import ModelInfo
 from fusion_ray.imageio import LoadedImage, encode_image
+from fusion_ray.live.hub import LiveHub
 from fusion_ray.serve.auth import BearerAuth, metrics_public
 from fusion_ray.serve.chain import Downstream, LocalStages
 from fusion_ray.serve.forms import Form, Part, read_form
@@ -40,7 +41,8 @@ from fusion_ray.serve.limits import (
     check_content_length,
     clip,
 )
-from fusion_ray.serve.metrics import MetricsBuffer
+from fusion_ray.serve.live import ServeStreamBackend
+from fusion_ray.serve.metrics import LATENCY_BUCKETS_S, MetricsBuffer
 from fusion_ray.serve.ops import ingress_gauges, readiness
 from fusion_ray.serve.schemas import (
     FACES_DETECTED_HEADER,
@@ -90,6 +92,20 @@ async def first_error_cancels(*aws: Awaitable[Any]) -> list[Any]:
         raise
 
 
+class _Flushing:
+    """The metrics sink of live streams: frames count like requests, and flush the same way."""
+
+    def __init__(self, metrics: MetricsBuffer) -> None:
+        self.metrics = metrics
+
+    def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
+        self.metrics.inc(name, amount, **labels)
+        self.metrics.maybe_flush()
+
+    def observe(self, name: str, value: float, **labels: str) -> None:
+        self.metrics.observe(name, value, LATENCY_BUCKETS_S, **labels)
+
+
 class IngressCore:
     """One ingress replica's state (limiters, metrics, model info) and endpoints (handles duck-typed)."""
 
@@ -109,6 +125,7 @@ class IngressCore:
                                      retry_headers={"Retry-After": str(self.limits.retry_after_s)},
                                      metrics=self.metrics)
         self.local = LocalStages(settings)
+        self.live = LiveHub(settings.live, ServeStreamBackend(self), metrics=_Flushing(self.metrics))
         self.replica = uuid.uuid4().hex[:8]
         self._models: dict[str, ModelInfo] | None = None
         self._metadata: dict[bool, dict[str, str]] = {}
@@ -176,10 +193,7 @@ class IngressCore:
         return self._models
 
     async def stand_ins(self, t: Timings, enhance: bool) -> list[str]:
-        models = await self.models(t)
-        cfg = self.settings.engine.models
-        used = [cfg.detector, cfg.embedder, cfg.swapper] + ([cfg.enhancer] if enhance else [])
-        return sorted(name for name in used if name in models and models[name].stand_in)
+        return list(self.local.provenance(await self.models(t), enhance).stand_in_models)
 
     async def metadata(self, t: Timings, enhance: bool) -> dict[str, str]:
         if enhance not in self._metadata:
@@ -203,15 +217,15 @@ class IngressCore:
                            f"{len(parts)} source images; at most {self.limits.max_source_images}")
         # One source image at a time: at most one decoded source frame per request is alive, which
         # keeps the memory bound of limits.max_inflight (sources are rare next to swaps).
-        crops = []
+        faces = []
         for i, (part, header) in enumerate(zip(parts, headers, strict=True)):
             name = image_name("source image", part, i)
             loaded = await self.decode(t, part, header, name)
-            crop = await self.downstream.source_face(t, loaded.frame)
-            if crop is None:
+            face = await self.downstream.source_face(t, loaded.frame)
+            if face is None:
                 raise ApiError(422, "no_face_in_source", f"no face found in {name}")
-            crops.append(crop)
-        return await self.downstream.embed(t, np.stack(crops))
+            faces.append(face)
+        return await self.downstream.embed(t, faces)
 
     async def create_source(self, form: Form, t: Timings) -> JSONResponse:
         parts, headers = sources_form(form, self.limits.max_pixels)
@@ -294,5 +308,6 @@ class IngressCore:
 
     async def metrics_text(self) -> str:
         await self.metrics.flush()
-        gauges = ingress_gauges(self.replica, self.limiter, self.uploads)
+        live = [(name, text, dict(labels), value) for name, text, labels, value in self.live.gauges()]
+        gauges = [*ingress_gauges(self.replica, self.limiter, self.uploads), *live]
         return await self.downstream.render_metrics(Timings(self.metrics), gauges)

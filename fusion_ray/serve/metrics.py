@@ -25,6 +25,8 @@ BATCH_BUCKETS: tuple[float, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128)
 Labels = tuple[tuple[str, str], ...]
 
 HELP = {
+    "fusion_ray_live_frames_total": ("counter", "Live-stream frames by outcome (delivered or the drop reason)."),
+    "fusion_ray_live_latency_seconds": ("histogram", "Server-side latency of delivered live-stream frames."),
     "fusion_ray_stage_seconds": ("histogram", "Per-stage latency as one request saw it (queueing and batch "
                                  "wait included for remote stages)."),
     "fusion_ray_request_seconds": ("histogram", "End-to-end latency of requests inside the ingress."),

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fusion_ray.config import EngineConfig, parse_config
 from fusion_ray.errors import ConfigError
+from fusion_ray.live.config import LiveConfig
 
 APP_IMPORT_PATH = "fusion_ray.serve.app:build_app"
 DEFAULT_TOKEN_ENV = "FUSION_RAY_API_TOKEN"
@@ -174,11 +175,11 @@ class ServeSettings(_Settings):
     limits: LimitsSettings = LimitsSettings()
     auth: AuthSettings = AuthSettings()
     sources: SourcesSettings = SourcesSettings()
+    live: LiveConfig = Field(default_factory=LiveConfig,
+                             description="Live streams (GET /v1/stream): limits, deadline, degradation ladder.")
 
     @model_validator(mode="after")
     def _check(self) -> ServeSettings:
-        if self.engine.swap.swapper != "inswapper":
-            raise ValueError("the service supports swap.swapper 'inswapper' only")
         if self.engine.selection.mode == "reference":
             raise ValueError("the service does not support selection mode 'reference'; "
                              "use all, largest or index")

@@ -317,7 +317,6 @@ def test_a_partial_deployment_mapping_keeps_that_deployments_defaults():
 @pytest.mark.parametrize("args,match", [
     ({"deployments": {"ingress": {"max_ongoing_requests": 4}}, "limits": {"max_inflight": 4}}, "must exceed"),
     ({"deployments": {"swapper": {"max_ongoing_requests": 2}}}, "batches could never fill"),
-    ({"engine": {"swap": {"swapper": "classic"}}}, "inswapper"),
     ({"engine": {"selection": {"mode": "reference", "reference_path": "/x.jpg"}}}, "reference"),
     ({"deployments": {"state": {"num_replicas": 2}}}, "exactly one replica"),
     ({"limits": {"max_body_byte": 1}}, "max_body_byte"),
