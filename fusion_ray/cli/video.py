@@ -32,8 +32,10 @@ class ProgressPrinter:
             print(file=sys.stderr)
 
 
-def print_summary(report, wall_s: float, report_path: Path | None) -> None:  # type: ignore[no-untyped-def]
-    """The end-of-job summary: items, frames/s, per-stage time and idle ratio."""
+def print_summary(report, wall_s: float, report_path: Path | None, *,  # type: ignore[no-untyped-def]
+                  list_failures: bool = True) -> None:
+    """The end-of-job summary: items, frames/s, per-stage time and idle ratio, and each failed
+    item's error (unless ``list_failures`` is off: a one-item command raises it instead)."""
     counts = report.counts()
     print(f"items: {', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}", file=sys.stderr)
     print(f"frames: {report.frames} in {wall_s:.1f} s (Ray start-up included): {report.frames / wall_s:.1f} frames/s",
@@ -46,7 +48,8 @@ def print_summary(report, wall_s: float, report_path: Path | None) -> None:  # t
               file=sys.stderr)
     for item in report.items:
         if item.status == "failed":
-            print(f"FAILED {item.target}: {item.error}", file=sys.stderr)
+            if list_failures:
+                print(f"FAILED {item.target}: {item.error}", file=sys.stderr)
         elif item.frames_failed:
             print(f"note: {item.target}: {item.error or f'{item.frames_failed} frame(s) failed'}", file=sys.stderr)
         if item.status != "failed":
@@ -83,7 +86,8 @@ def job_config(args: argparse.Namespace, engine: EngineConfig):  # type: ignore[
 
 def run_video_swap(args: argparse.Namespace, engine: EngineConfig) -> int:
     """``fusion-ray swap --target VIDEO``: a one-item Ray Data job, planned before Ray starts
-    (a video that cannot be read, or is truncated, fails at once)."""
+    (a video that cannot be read or is truncated, or missing or corrupt models, fail at once
+    with their planning error)."""
     from fusion_ray.pipeline.job import JobItem, plan_job, run_plan
     from fusion_ray.pipeline.runtime import connect
     from fusion_ray.video.encode import check_video_output
@@ -95,15 +99,16 @@ def run_video_swap(args: argparse.Namespace, engine: EngineConfig) -> int:
     if output.exists() and not args.force:
         raise FusionRayError(f"output exists: {output} (use --force to overwrite)")
     plan = plan_job([JobItem(tuple(args.source), args.target, output)], cfg, force=args.force)
-    if not plan.items[0].runs:
-        raise InputError(plan.items[0].error or f"{args.target}: {plan.items[0].status}")
+    planned = plan.items[0]
+    if not planned.runs:
+        raise planned.cause or InputError(planned.error or f"{args.target}: {planned.status}")
     connect(args.address)
     report_path = args.report
     report = run_plan(plan, progress=ProgressPrinter(), report_path=report_path)
     wall = time.monotonic() - started
-    print_summary(report, wall, report_path)
+    print_summary(report, wall, report_path, list_failures=False)
     item = report.items[0]
     if item.status != "done":
-        raise FusionRayError(f"{args.target}: {item.error or item.status}")
+        raise FusionRayError(f"{args.target}: {item.error or item.status}")  # its error, printed once
     print(f"wrote {output}", file=sys.stderr)
     return 0

@@ -25,10 +25,13 @@ Failures are per item, and a failed item leaves no output (so a re-run retries i
 - a truncated video (its container declares more frames than the file holds) is ``failed``,
   unless the job config allows truncated videos: then it is ``done`` with a warning, and its
   ``frames_missing`` and ``missing_from_s`` say what was lost;
+- a group's model that is missing or corrupt fails the group's items at planning, before
+  Ray starts;
 - an error that stops a whole group of items (those with the same engine options: a model
-  that cannot load, a Ray failure) fails that group's unfinished items with its message; the
-  other groups still run and the report is still written. A pipeline config that cannot fit
-  on the cluster (ConfigError) is a whole-job error, raised before anything is written.
+  that cannot load, a Ray failure) fails that group's unfinished items with its message (one
+  line: ``Type: message``); the other groups still run and the report is still written. A
+  pipeline config that cannot fit on the cluster (ConfigError) is a whole-job error, raised
+  before anything is written.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from fusion_ray.pipeline.plan import (
     plan_job,
     with_overrides,
 )
-from fusion_ray.pipeline.report import ItemResult, ItemStatus, JobReport, StageStats
+from fusion_ray.pipeline.report import ItemResult, ItemStatus, JobReport, StageStats, typed_error
 from fusion_ray.pipeline.run import ProgressCallback, run_group
 
 __all__ = ["PARTS_SUFFIX", "ItemResult", "JobItem", "JobPlan", "JobReport", "ProgressCallback", "StageStats",
@@ -81,11 +84,12 @@ def run_plan(plan: JobPlan, *, progress: ProgressCallback | None = None, report_
             try:
                 run_group(plan, group, results, report, progress, gpus_now)
             except Exception as exc:  # this group's failure; the others still run
-                log.warning("a group of %d item(s) failed: %s: %s", len(group.members), type(exc).__name__, exc,
-                            exc_info=True)
+                error = typed_error(exc)  # each failed item carries it (the CLI prints it once)
+                log.info("a group of %d item(s) failed: %s", len(group.members), error)
+                log.debug("the group's traceback", exc_info=True)
                 for n in group.members:
                     if results[n].status == ItemStatus.PENDING:
-                        results[n].fail(f"{type(exc).__name__}: {exc}")
+                        results[n].fail(error)
     report.wall_s = time.perf_counter() - start
     if report_path is not None:
         report.write(report_path)

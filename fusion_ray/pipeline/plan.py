@@ -5,9 +5,10 @@ keyframe segments, an image's size from its header), how many frames the pipelin
 and whether the item runs, is skipped (its output exists and ``force`` is off) or has already
 failed: a target that is missing or cannot be read, an output outside the output root, a video
 output not named .mp4/.m4v/.mov, a truncated video (unless ``allow_truncated``), engine options
-that are not a valid config. Items with the same engine options form a group, run as one
-pipeline. Reading headers and demuxing packets is all the planner does with the files; it
-creates no folder and writes nothing.
+that are not a valid config, a model of its group that is missing or corrupt. Items with the
+same engine options form a group, run as one pipeline. Reading headers, demuxing packets and
+locating model files is all the planner does with the files; it creates no folder and writes
+nothing.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from fusion_ray.config import EngineConfig, parse_config
-from fusion_ray.errors import ConfigError, FusionRayError, InputError
+from fusion_ray.core.modelset import inspect_models
+from fusion_ray.errors import ConfigError, FusionRayError, InputError, VideoError, describe_error
 from fusion_ray.imageheader import UnsupportedImageError, check_image_header
 from fusion_ray.imageio import DEFAULT_MAX_PIXELS, read_image
 from fusion_ray.pipeline.config import JobConfig
-from fusion_ray.pipeline.report import ItemKind, ItemResult, ItemStatus
+from fusion_ray.pipeline.report import ItemKind, ItemResult, ItemStatus, typed_error
 from fusion_ray.video.encode import check_video_output
 from fusion_ray.video.probe import VideoInfo, is_video_file, probe
 from fusion_ray.video.segments import Segment, Shortfall, find_shortfall, index_packets, segments_of
@@ -63,6 +65,8 @@ class ItemPlan:
     status: ItemStatus = ItemStatus.PENDING
     """``PENDING``: the item runs; ``SKIPPED`` or ``FAILED``: it does not (``error`` says why)."""
     error: str = ""
+    cause: FusionRayError | None = None
+    """The error that failed the item at planning (a one-item command raises it)."""
     frame_hw: tuple[int, int] = (0, 0)
     """(height, width) of its frames."""
     video: VideoInfo | None = None
@@ -142,10 +146,13 @@ def plan_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Path | No
     groups = []
     for options, indices in members.items():
         try:
-            groups.append(GroupPlan(with_overrides(cfg, options), tuple(indices)))
+            group_cfg = with_overrides(cfg, options)
+            inspect_models(group_cfg.engine)  # every model the pipeline needs: missing or corrupt, before Ray
+            groups.append(GroupPlan(group_cfg, tuple(indices)))
         except FusionRayError as exc:
+            log.info("a group of %d item(s) cannot run: %s", len(indices), typed_error(exc))
             for n in indices:
-                plans[n] = dataclasses.replace(plans[n], status=ItemStatus.FAILED, error=str(exc))
+                plans[n] = dataclasses.replace(plans[n], status=ItemStatus.FAILED, error=typed_error(exc), cause=exc)
     return JobPlan(tuple(plans), tuple(groups))
 
 
@@ -166,8 +173,10 @@ def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Path | None
         plan = dataclasses.replace(plan, kind=ItemKind.IMAGE)
         return dataclasses.replace(plan, frame_hw=image_hw(item.target))
     except (FusionRayError, OSError) as exc:
-        log.warning("%s: %s", item.target, exc)
-        return dataclasses.replace(plan, status=ItemStatus.FAILED, error=str(exc))
+        error = describe_error(exc)
+        log.info("%s: %s", item.target, error)  # the item's error: the CLI prints it once
+        return dataclasses.replace(plan, status=ItemStatus.FAILED, error=error,
+                                   cause=exc if isinstance(exc, FusionRayError) else None)
 
 
 def _plan_video(plan: ItemPlan, cfg: JobConfig) -> ItemPlan:
@@ -182,8 +191,8 @@ def _plan_video(plan: ItemPlan, cfg: JobConfig) -> ItemPlan:
                                shortfall=shortfall, frame_times=times)
     if shortfall is not None:
         if not cfg.allow_truncated:
-            return dataclasses.replace(plan, status=ItemStatus.FAILED, error=(
-                f"{shortfall.describe(target)} (--allow-truncated processes the frames present)"))
+            error = VideoError(f"{shortfall.describe(target)} (--allow-truncated processes the frames present)")
+            return dataclasses.replace(plan, status=ItemStatus.FAILED, error=str(error), cause=error)
         return dataclasses.replace(plan, warnings=(f"{shortfall.describe(target)}; the frames present are "
                                                    "processed and keep their timestamps",))
     note = times.note(info.fps)

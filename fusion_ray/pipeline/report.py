@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fusion_ray import __version__
+from fusion_ray.errors import FusionRayError, describe_error, one_line
 from fusion_ray.fsutil import atomic_write_bytes
 from fusion_ray.pipeline.tracker import SegmentKey
 
@@ -58,9 +59,11 @@ class ItemResult:
     """What a ``done`` item lost or changed (e.g. a truncated video processed as far as it goes)."""
 
     def fail(self, exc: BaseException | str) -> None:
+        """The item failed: its error is one line (a Ray error: its worker's cause; the CLI
+        prints it once, so the log line is INFO)."""
         self.status = ItemStatus.FAILED
-        self.error = str(exc)
-        log.warning("%s: %s", self.target, self.error)
+        self.error = describe_error(exc) if isinstance(exc, BaseException) else one_line(exc)
+        log.info("%s: %s", self.target, self.error)
 
     def warn(self, message: str) -> None:
         """Record what the item lost or changed (the CLI prints it once, in the summary)."""
@@ -150,6 +153,13 @@ class JobReport:
 
     def write(self, path: Path) -> None:
         atomic_write_bytes(path, json.dumps(self.to_json(), indent=2).encode())
+
+
+def typed_error(exc: BaseException) -> str:
+    """``Type: message`` in one line, for an error that fails a whole group of items (a model,
+    a config, Ray): the type says what kind of thing failed, since it is not the item."""
+    text = describe_error(exc)
+    return f"{type(exc).__name__}: {text}" if isinstance(exc, FusionRayError) else text
 
 
 def _count_frame(result: ItemResult, error: str, faces_swapped: int) -> None:

@@ -32,8 +32,9 @@ from fusion_ray.core import chain, identity
 from fusion_ray.core.facebatch import NO_TRACK, FaceBatch
 from fusion_ray.core.layout import swap_layout
 from fusion_ray.core.modelset import ModelInfo, ModelSet
-from fusion_ray.core.redetect import roi_detector
+from fusion_ray.core.redetect import CropBox, RoiResult, redetect
 from fusion_ray.core.swapper import swap_backend
+from fusion_ray.core.tracking import TrackPrediction
 from fusion_ray.models.detector import ScrfdDetector
 from fusion_ray.models.enhancer import blend_crops
 from fusion_ray.serve.batching import AdaptiveWait
@@ -77,17 +78,20 @@ class DetectorDeployment:
             cv2.setNumThreads(threads)
         self.models = ModelSet.load(self.cfg, ["detector"], cpu_budget=budget)
         self.layout = swap_layout(self.cfg)
-        self._canvases: dict[int, ScrfdDetector] = {}
+        self._canvases: dict[tuple[int, bool], ScrfdDetector] = {}
         log.info("detector replica ready (cpu budget %s)", budget)
 
-    def _detector(self, size: int | None) -> ScrfdDetector:
-        """The detector, or one over the same session on a smaller canvas (a live stream's level 3)."""
+    def _detector(self, size: int | None, *, square: bool = False) -> ScrfdDetector:
+        """The detector, or one over the same session on a smaller canvas (a live stream's level 3;
+        square crops for re-detection)."""
         base = self.models.need_detector()
-        if size is None or size == base.cfg.size:
+        if size is None or (size == base.cfg.size and not square):
             return base
-        if size not in self._canvases:
-            self._canvases[size] = roi_detector(base, size)
-        return self._canvases[size]
+        key = (size, square)
+        if key not in self._canvases:
+            update: dict[str, Any] = {"size": size, "canvas": "square"} if square else {"size": size}
+            self._canvases[key] = ScrfdDetector(base.session, base.spec, base.cfg.model_copy(update=update))
+        return self._canvases[key]
 
     def detect(self, frame: np.ndarray, mode: str, index: int, size: int | None = None) -> dict[str, Any]:
         """Faces found, faces selected, and the selected faces (a FaceBatch with swap crops)."""
@@ -103,6 +107,13 @@ class DetectorDeployment:
             "error": errors[0],
             "compute_s": time.perf_counter() - start,
         }
+
+    def redetect(self, frame: np.ndarray, predictions: list[TrackPrediction],
+                 previous: dict[int, CropBox]) -> RoiResult:
+        """Each predicted face re-detected on a small crop around it (a live stream's level 2:
+        the stream's tracker lives in the ingress; this replica keeps no per-stream state)."""
+        tracking = self.cfg.tracking
+        return redetect(frame, self._detector(tracking.roi_canvas, square=True), predictions, tracking, previous)
 
     def source_face(self, frame: np.ndarray) -> identity.SourceFace | None:
         """The source image's face cut for the embedder (and the classic swap), or None."""

@@ -5,6 +5,10 @@ the stream's degradation level asks for), the swap on the swapper deployment, wh
 ``@serve.batch`` windows batch the faces of every stream and request together, pasting in
 the ingress, and the enhancer deployment when the stream asks for it. The stream core
 (:mod:`fusion_ray.live`) does the rest: dropping, deadlines, ordering, the ladder, stats.
+
+At degradation level 2 a stream detects on every k-th frame only; in between, its tracker
+(held here, per stream) predicts each face and the detector re-detects it on a small crop
+(``Detector.redetect``), several times cheaper than the whole frame.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import numpy as np
 
 from fusion_ray.core import chain
 from fusion_ray.core.facebatch import FaceBatch
+from fusion_ray.core.redetect import CropBox
+from fusion_ray.core.tracking import FrameFaces, Tracker
 from fusion_ray.live.backend import FramePlan, Processed, StreamRefused
 from fusion_ray.live.protocol import CLOSE_POLICY, CLOSE_UNSUPPORTED, StartMessage
 from fusion_ray.serve.limits import ApiError, clip
@@ -60,6 +66,8 @@ class ServeStreamProcessor:
         self.start = start
         self.key = f"stream_{start.source_id}"
         self._stand_ins = stand_ins
+        self.tracker = Tracker(core.settings.engine.tracking)
+        self.crops: dict[int, CropBox] = {}
 
     @property
     def stand_in_models(self) -> list[str]:
@@ -83,23 +91,33 @@ class ServeStreamProcessor:
         return Processed(local.pasted_frame(out), faces.landmarks_5, detected)
 
     async def _faces(self, t: Timings, frame: Frame, plan: FramePlan) -> tuple[FaceBatch, int]:
-        """The faces to swap: detected now, or (level 2) at the plan's landmarks, cut here."""
-        if plan.landmarks is None:
-            found = await self.core.downstream.detect(t, frame, self.start.select, self.start.face_index,
-                                                      plan.detector_size)
-            return found["faces"], int(found["faces_detected"])
-        points = np.asarray(plan.landmarks, np.float32).reshape(-1, 5, 2)
-        faces = FaceBatch(np.zeros(len(points), np.int64), _boxes(points), points, np.ones(len(points), np.float32),
-                          np.full(len(points), "", object), np.full(len(points), -1, np.int64))
+        """The faces to swap: detected on the whole frame, or (level 2, ``plan.landmarks`` set)
+        followed by the stream's tracker: each tracked face re-detected on a small crop."""
+        predictions = self.tracker.predictions(plan.seq) if plan.landmarks is not None else []
+        if not predictions:
+            return await self._detect(t, frame, plan)
+        roi = await self.core.downstream.call(
+            t, "redetect", lambda: self.core.downstream.detector.redetect.remote(frame, predictions, dict(self.crops)))
+        if any(score == 0.0 for score in roi.scores.values()):
+            # A followed face was not found near its prediction (it moved fast, turned, or the scene
+            # cut): detect on the whole frame rather than paste a face where it no longer is.
+            return await self._detect(t, frame, plan)
+        self.crops = dict(roi.boxes)
+        tracked = self.tracker.update(plan.seq, roi.faces, frame.shape[:2])
+        points = tracked.landmarks_5
+        faces = FaceBatch(np.zeros(len(points), np.int64), tracked.bbox_xyxy, points, tracked.score,
+                          np.full(len(points), "", object), tracked.track_id)
         errors = [""]
         cut = await asyncio.to_thread(chain.align, [frame], faces, self.core.local.swap_layout, errors, "align")
         if errors[0]:
             raise ValueError(errors[0])
         return cut, len(points)
 
-
-def _boxes(points: np.ndarray) -> np.ndarray:
-    """Boxes around landmark sets (only used to carry the faces; crops come from the landmarks)."""
-    if not len(points):
-        return np.zeros((0, 4), np.float32)
-    return np.concatenate([points.min(axis=1), points.max(axis=1)], axis=1).astype(np.float32)
+    async def _detect(self, t: Timings, frame: Frame, plan: FramePlan) -> tuple[FaceBatch, int]:
+        """Whole-frame detection and selection on the detector deployment; the tracker follows it."""
+        found = await self.core.downstream.detect(t, frame, self.start.select, self.start.face_index,
+                                                  plan.detector_size)
+        faces: FaceBatch = found["faces"]
+        self.tracker.update(plan.seq, FrameFaces(faces.bbox_xyxy, faces.landmarks_5, faces.score), frame.shape[:2])
+        self.crops = {}
+        return faces, int(found["faces_detected"])

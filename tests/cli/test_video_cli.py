@@ -7,6 +7,8 @@ import sys
 from fractions import Fraction
 from pathlib import Path
 
+import cv2
+import numpy as np
 import pytest
 
 from fusion_ray.cli import build_parser, main
@@ -125,23 +127,42 @@ def test_a_variable_frame_rate_is_a_warning_before_ray(tmp_path, images_dir, cap
         "frame timestamps"]
 
 
-@pytest.mark.ray
-@pytest.mark.usefixtures("ray_cluster")
-def test_an_error_in_a_ray_worker_ends_in_one_line(tmp_path, images_dir, standin_dir, scrfd_path, capsys):
-    """The swapper is corrupt: the driver (detector, embedder) is fine, the pipeline's actor is not."""
+def test_a_corrupt_model_is_one_line_before_ray_starts(tmp_path, images_dir, standin_dir, scrfd_path):
+    """The swapper is corrupt: every model the pipeline needs is located on the driver before
+    Ray starts, so the error is one line (no traceback, no Ray or Ray Data logs), printed once."""
     models = tmp_path / "models"
     shutil.copytree(standin_dir, models)
     swapper = models / "inswapper_128.onnx"
     data = bytearray(swapper.read_bytes())
     data[1000:1100] = b"x" * 100  # its hash record no longer matches
     swapper.write_bytes(bytes(data))
-    clip = make_test_video(tmp_path / "clip.mp4", face_image=read_image(images_dir / "obama.jpg").frame, n_frames=4,
-                           fps=Fraction(25), size_wh=(128, 96), audio=False)
-    code = main(["swap", "-s", str(images_dir / "biden.jpg"), "-t", str(clip), "-o", str(tmp_path / "out.mp4"),
-                 "--models-dir", str(models), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu",
+    clip = make_test_video(tmp_path / "clip.mp4", face_image=None, n_frames=4, fps=Fraction(25), size_wh=(128, 96),
+                           audio=False)
+    proc = subprocess.run([sys.executable, "-c", RAY_STARTED, "swap", "-s", str(images_dir / "biden.jpg"),
+                           "-t", str(clip), "-o", str(tmp_path / "out.mp4"), "--models-dir", str(models),
+                           "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu", "--no-progress-bars"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.stdout.split() == ["4", "False"], proc.stderr  # a ModelError, and Ray never started
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: model 'inswapper_128' at {swapper} does not match")
+    assert proc.stderr.count("does not match") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "\x1b" not in proc.stderr
+    assert not (tmp_path / "out.mp4").exists()
+
+
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_cluster")
+def test_an_error_found_while_running_is_printed_once(tmp_path, images_dir, standin_dir, scrfd_path, capsys):
+    """The source has no face: the driver finds out once Ray is up (it embeds the sources)."""
+    blank = tmp_path / "blank.png"
+    cv2.imwrite(str(blank), np.full((120, 100, 3), 128, np.uint8))
+    clip = make_test_video(tmp_path / "clip.mp4", face_image=None, n_frames=4, fps=Fraction(25), size_wh=(64, 48),
+                           audio=False)
+    code = main(["swap", "-s", str(blank), "-t", str(clip), "-o", str(tmp_path / "out.mp4"),
+                 "--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu",
                  "--no-progress-bars"])
     err = capsys.readouterr().err
     assert code == 1, err
-    last = err.strip().splitlines()[-1]
-    assert last.startswith(f"error: {clip}: ModelIntegrityError: model 'inswapper_128' at {swapper} does not match")
-    assert last.endswith("(in a Ray worker)") and "\x1b" not in last
+    assert err.count(f"no face found in source image {blank}") == 1, err
+    assert err.strip().splitlines()[-1] == f"error: {clip}: no face found in source image {blank}"
+    assert not (tmp_path / "out.mp4").exists()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import ray
 
+from fusion_ray.config import EngineConfig
 from fusion_ray.pipeline.config import JobConfig, PipelineConfig
 from fusion_ray.pipeline.finalise import cleanup, join_video
 from fusion_ray.pipeline.plan import JobItem, plan_job
@@ -24,8 +25,14 @@ def clip(tmp_path):
                            size_wh=(64, 48), audio=False)
 
 
-def _finished_video(clip, tmp_path, errors):
-    plan = plan_job([JobItem((clip,), clip, tmp_path / "out.mp4")], JobConfig(pipeline=PipelineConfig(
+@pytest.fixture
+def engine_cfg(models_config):
+    """The planner locates the models: stand-ins and the real detector."""
+    return EngineConfig(models=models_config)
+
+
+def _finished_video(clip, tmp_path, errors, engine_cfg):
+    plan = plan_job([JobItem((clip,), clip, tmp_path / "out.mp4")], JobConfig(engine=engine_cfg, pipeline=PipelineConfig(
         segment_seconds=100.0))).items[0]
     result = plan.result()
     batch = {"item": np.zeros(len(errors), np.int32), "segment": np.zeros(len(errors), np.int32),
@@ -35,40 +42,40 @@ def _finished_video(clip, tmp_path, errors):
     return plan, result, [clip for _ in plan.segments]
 
 
-def test_a_video_whose_every_frame_failed_is_failed_and_not_written(clip, tmp_path):
-    plan, result, paths = _finished_video(clip, tmp_path, ["swap: RuntimeError: boom"] * 6)
+def test_a_video_whose_every_frame_failed_is_failed_and_not_written(clip, tmp_path, engine_cfg):
+    plan, result, paths = _finished_video(clip, tmp_path, ["swap: RuntimeError: boom"] * 6, engine_cfg)
     join_video(plan, result, paths, "")
     assert result.status == "failed" and result.frames_failed == 6
     assert "every frame failed" in result.error and "boom" in result.error
     assert not plan.output.exists()  # else a re-run would skip it
 
 
-def test_a_video_with_some_failed_frames_is_done_and_says_so(clip, tmp_path):
-    plan, result, paths = _finished_video(clip, tmp_path, ["", "swap: RuntimeError: boom", "", "", "", ""])
+def test_a_video_with_some_failed_frames_is_done_and_says_so(clip, tmp_path, engine_cfg):
+    plan, result, paths = _finished_video(clip, tmp_path, ["", "swap: RuntimeError: boom", "", "", "", ""], engine_cfg)
     join_video(plan, result, paths, "")
     assert result.status == "done" and result.frames == 6 and result.frames_failed == 1
     assert "1 of 6 frame(s) failed" in result.error and "boom" in result.error
     assert probe(plan.output).frame_count == 6  # the failed frame was passed through, not dropped
 
 
-def test_a_video_without_failed_frames_has_no_error(clip, tmp_path):
-    plan, result, paths = _finished_video(clip, tmp_path, [""] * 6)
+def test_a_video_without_failed_frames_has_no_error(clip, tmp_path, engine_cfg):
+    plan, result, paths = _finished_video(clip, tmp_path, [""] * 6, engine_cfg)
     join_video(plan, result, paths, "made by the test")
     assert result.status == "done" and result.error == "" and result.frames_failed == 0
     assert probe(plan.output).metadata.get("comment") == "made by the test"
 
 
-def test_a_video_missing_frames_is_failed(clip, tmp_path):
-    plan, result, paths = _finished_video(clip, tmp_path, [""] * 5)
+def test_a_video_missing_frames_is_failed(clip, tmp_path, engine_cfg):
+    plan, result, paths = _finished_video(clip, tmp_path, [""] * 5, engine_cfg)
     join_video(plan, result, paths, "")
     assert result.status == "failed" and result.error == "processed 5 of 6 frames"
     assert not plan.output.exists()
 
 
-def test_the_expected_frame_count_is_the_segment_plans(clip, tmp_path):
+def test_the_expected_frame_count_is_the_segment_plans(clip, tmp_path, engine_cfg):
     """An edit list (a `-c copy` trim) hides frames the container still counts: the decoder
     delivers the plan's frames, and that is what a complete video is checked against."""
-    plan, result, paths = _finished_video(clip, tmp_path, [""] * 6)
+    plan, result, paths = _finished_video(clip, tmp_path, [""] * 6, engine_cfg)
     assert plan.video is not None
     plan = dataclasses.replace(plan, video=dataclasses.replace(plan.video, frame_count=plan.video.frame_count + 2))
     join_video(plan, result, paths, "")
@@ -76,12 +83,12 @@ def test_the_expected_frame_count_is_the_segment_plans(clip, tmp_path):
 
 
 @pytest.mark.usefixtures("ray_cluster")
-def test_cleanup_goes_on_past_a_dead_writer(tmp_path):
+def test_cleanup_goes_on_past_a_dead_writer(tmp_path, engine_cfg):
     clip = make_test_video(tmp_path / "clip2.mp4", face_image=None, n_frames=20, fps=Fraction(25), size_wh=(64, 48),
                            audio=False, gop=10)
     info = probe(clip)
     plans = plan_job([JobItem((clip,), clip, tmp_path / "a.mp4"), JobItem((clip,), clip, tmp_path / "b.mp4")],
-                     JobConfig(pipeline=PipelineConfig(segment_seconds=0.4))).items
+                     JobConfig(engine=engine_cfg, pipeline=PipelineConfig(segment_seconds=0.4))).items
     work_dirs = [p.work_dir for p in plans]
     assert [d.name for d in work_dirs] == ["a.mp4.fusion_ray_parts", "b.mp4.fusion_ray_parts"]
     for work_dir in work_dirs:

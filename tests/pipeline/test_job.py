@@ -229,8 +229,12 @@ def test_video_outputs_in_other_containers_fail_alone(media, job_cfg, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["biden-still.png"]
 
 
-def test_the_driver_embeds_the_sources_on_cpu(media, job_cfg, tmp_path, monkeypatch):
-    """Even with GPU providers configured: the driver holds no GPU that Ray counts."""
+def test_the_driver_embeds_the_sources_on_cpu(media, job_cfg, tmp_path, monkeypatch, caplog):
+    """Even with GPU providers configured: the driver holds no GPU that Ray counts. The group's
+    failure is logged once, below WARNING and without its traceback (-vv shows that): the CLI
+    prints each failed item once."""
+    import logging
+
     from fusion_ray.errors import ModelError
 
     seen = []
@@ -241,10 +245,16 @@ def test_the_driver_embeds_the_sources_on_cpu(media, job_cfg, tmp_path, monkeypa
 
     monkeypatch.setattr(Engine, "load", load)
     cuda = job_cfg.engine.model_copy(update={"runtime": RuntimeConfig(providers=["cuda"])})
-    report = run_job([JobItem((media["source"],), media["image"], tmp_path / "x.png")],
-                     JobConfig(engine=cuda, pipeline=job_cfg.pipeline))
+    with caplog.at_level(logging.DEBUG, logger="fusion_ray"):
+        report = run_job([JobItem((media["source"],), media["image"], tmp_path / "x.png")],
+                         JobConfig(engine=cuda, pipeline=job_cfg.pipeline))
     assert seen == [["cpu"]]
-    assert report.items[0].status == "failed" and "stopped by the test" in report.items[0].error
+    assert report.items[0].status == "failed" and report.items[0].error == "ModelError: stopped by the test"
+    group = [r for r in caplog.records if "stopped by the test" in r.getMessage()]
+    assert [(r.levelno, r.getMessage(), r.exc_info is None) for r in group] == [
+        (logging.INFO, "a group of 1 item(s) failed: ModelError: stopped by the test", True),
+        (logging.INFO, f"{media['image']}: ModelError: stopped by the test", True)]
+    assert any(r.levelno == logging.DEBUG and r.exc_info for r in caplog.records)  # the traceback, for -vv
 
 
 def test_truncated_and_edit_list_videos_and_an_alpha_image(media, images_dir, standin_dir, scrfd_path, tmp_path,

@@ -1,12 +1,14 @@
 """The planner (no Ray): each kind of item gets its kind, segments, frame count and status."""
 
 import json
+import shutil
 from fractions import Fraction
 
 import cv2
 import numpy as np
 import pytest
 
+from fusion_ray.config import EngineConfig
 from fusion_ray.pipeline.config import JobConfig, PipelineConfig
 from fusion_ray.pipeline.plan import JobItem, plan_job
 from fusion_ray.pipeline.report import ItemKind, ItemStatus
@@ -33,7 +35,11 @@ def files(tmp_path_factory):
     }
 
 
-CFG = JobConfig(pipeline=PipelineConfig(segment_seconds=0.7))
+@pytest.fixture(scope="module")
+def cfg(models_config):
+    """The planner checks each group's models: stand-ins (and the real detector) are there."""
+    return JobConfig(engine=EngineConfig(models=models_config), pipeline=PipelineConfig(segment_seconds=0.7))
+
 
 # target, output, expected (kind, status, frames, error fragment)
 TABLE = [
@@ -52,10 +58,10 @@ TABLE = [
 
 
 @pytest.mark.parametrize(("target", "output", "expected"), TABLE, ids=[f"{t}->{o}" for t, o, _ in TABLE])
-def test_each_kind_of_item_is_planned(files, target, output, expected):
+def test_each_kind_of_item_is_planned(files, target, output, expected, cfg):
     root = files["root"]
     item = JobItem((root / "photo.png",), root / target, root / output)
-    plan = plan_job([item], CFG, output_root=root).items[0]
+    plan = plan_job([item], cfg, output_root=root).items[0]
     kind, status, frames, error = expected
     assert (plan.kind, plan.status) == (kind, status), plan.error
     assert error in plan.error
@@ -64,27 +70,27 @@ def test_each_kind_of_item_is_planned(files, target, output, expected):
         assert not (root / "o").exists()  # the planner makes no folder
 
 
-def test_a_video_is_planned_as_keyframe_segments_of_its_size(files):
-    plan = plan_job([JobItem((), files["clip"], files["root"] / "o.mp4")], CFG).items[0]
+def test_a_video_is_planned_as_keyframe_segments_of_its_size(files, cfg):
+    plan = plan_job([JobItem((), files["clip"], files["root"] / "o.mp4")], cfg).items[0]
     assert [(s.start_frame, s.frame_count) for s in plan.segments] == [(0, 20), (20, 20)]
     assert plan.frame_hw == (64, 96) and plan.video is not None and plan.video.fps == 25
     assert plan.work_dir.name == "o.mp4.fusion_ray_parts"
 
 
-def test_an_image_has_its_real_size(files):
+def test_an_image_has_its_real_size(files, cfg):
     root = files["root"]
     plans = plan_job([JobItem((), root / name, root / f"o-{name}") for name in ("photo.png", "alpha.png", "photo.tif")],
-                     CFG).items
+                     cfg).items
     assert [p.frame_hw for p in plans] == [(300, 200), (30, 50), (70, 40)]
 
 
-def test_a_truncated_video_fails_unless_allowed(files):
+def test_a_truncated_video_fails_unless_allowed(files, cfg):
     item = JobItem((), files["cut"], files["root"] / "cut-out.mp4")
-    refused = plan_job([item], CFG).items[0]
+    refused = plan_job([item], cfg).items[0]
     assert refused.status is ItemStatus.FAILED and "--allow-truncated" in refused.error
     result = refused.result()
     assert result.status == "failed" and result.frames_missing > 0 and not result.warnings
-    allowed = plan_job([item], CFG.model_copy(update={"allow_truncated": True})).items[0]
+    allowed = plan_job([item], cfg.model_copy(update={"allow_truncated": True})).items[0]
     assert allowed.runs and allowed.shortfall is not None
     assert allowed.expected_frames == allowed.shortfall.present_frames == sum(s.frame_count for s in allowed.segments)
     assert allowed.shortfall.declared_frames == 100
@@ -96,7 +102,7 @@ def test_a_truncated_video_fails_unless_allowed(files):
     assert "truncated" in result.warnings[0]
 
 
-def test_items_are_grouped_by_options_and_bad_options_fail_their_group(files):
+def test_items_are_grouped_by_options_and_bad_options_fail_their_group(files, cfg):
     root = files["root"]
     largest = json.dumps({"selection": {"mode": "largest"}})
     broken = json.dumps({"selection": {"mode": "no_such_mode"}})
@@ -105,30 +111,30 @@ def test_items_are_grouped_by_options_and_bad_options_fail_their_group(files):
              JobItem((), root / "photo.png", root / "g2.png", options=broken),
              JobItem((), root / "clip.mp4", root / "g3.mp4", options=largest),
              JobItem((), root / "missing.png", root / "g4.png", options=largest)]
-    plan = plan_job(items, CFG)
+    plan = plan_job(items, cfg)
     assert [g.members for g in plan.groups] == [(0,), (1, 3)]
-    assert plan.groups[1].cfg.engine.selection.mode == "largest" and plan.groups[0].cfg == CFG
+    assert plan.groups[1].cfg.engine.selection.mode == "largest" and plan.groups[0].cfg == cfg
     assert plan.items[2].status is ItemStatus.FAILED and "selection.mode" in plan.items[2].error
     assert plan.runs
-    assert not plan_job([items[2], items[4]], CFG).runs  # nothing to run: no Ray needed
+    assert not plan_job([items[2], items[4]], cfg).runs  # nothing to run: no Ray needed
 
 
-def test_a_variable_frame_rate_is_a_warning_and_its_timestamps_are_kept(tmp_path):
+def test_a_variable_frame_rate_is_a_warning_and_its_timestamps_are_kept(tmp_path, cfg):
     times = [Fraction(i, 25) if i < 10 else Fraction(10, 25) + Fraction(i - 10, 10) for i in range(20)]
     vfr = make_test_video(tmp_path / "vfr.mp4", n_frames=20, frame_times=times, **CLIP)
-    plan = plan_job([JobItem((), vfr, tmp_path / "o.mp4")], CFG).items[0]
+    plan = plan_job([JobItem((), vfr, tmp_path / "o.mp4")], cfg).items[0]
     assert plan.runs and plan.shortfall is None and plan.frame_times is not None
     assert [Fraction(p - plan.frame_times.pts[0]) * plan.frame_times.time_base for p in plan.frame_times.pts] == times
     assert "variable frame rate" in plan.warnings[0] and plan.result().warnings == list(plan.warnings)
     clip = make_test_video(tmp_path / "cfr.mp4", n_frames=20, **CLIP)
-    assert plan_job([JobItem((), clip, tmp_path / "o2.mp4")], CFG).items[0].warnings == ()
+    assert plan_job([JobItem((), clip, tmp_path / "o2.mp4")], cfg).items[0].warnings == ()
 
 
-def test_force_plans_an_item_whose_output_exists(files):
+def test_force_plans_an_item_whose_output_exists(files, cfg):
     root = files["root"]
     item = JobItem((), root / "photo.png", root / "exists.png")
-    assert plan_job([item], CFG).items[0].status is ItemStatus.SKIPPED
-    assert plan_job([item], CFG, force=True).items[0].runs
+    assert plan_job([item], cfg).items[0].status is ItemStatus.SKIPPED
+    assert plan_job([item], cfg, force=True).items[0].runs
 
 
 def test_the_swap_command_refuses_a_truncated_video_before_ray_starts(files, capsys):
@@ -154,3 +160,27 @@ def test_allow_truncated_is_an_option_of_both_commands():
         assert job_config(args, engine_config_from_args(args)).allow_truncated
         args = build_parser().parse_args(command)
         assert not job_config(args, engine_config_from_args(args)).allow_truncated
+
+
+def test_a_missing_or_corrupt_model_fails_its_group_at_planning(files, cfg, tmp_path, standin_dir):
+    """Before Ray: the group's items fail with the model's error, the other groups run."""
+    models = tmp_path / "models"
+    shutil.copytree(standin_dir, models)
+    swapper = models / "inswapper_128.onnx"
+    data = bytearray(swapper.read_bytes())
+    data[1000:1100] = b"x" * 100  # its hash record no longer matches
+    swapper.write_bytes(bytes(data))
+    root = files["root"]
+    corrupt = json.dumps({"models": {"models_dir": str(models)}})
+    unknown = json.dumps({"models": {"embedder": "no_such_embedder"}})
+    items = [JobItem((), root / "photo.png", tmp_path / "a.png", options=corrupt),
+             JobItem((), files["clip"], tmp_path / "b.mp4", options=corrupt),
+             JobItem((), root / "photo.png", tmp_path / "c.png", options=unknown),
+             JobItem((), root / "photo.png", tmp_path / "d.png")]
+    plan = plan_job(items, cfg)
+    assert [p.status for p in plan.items] == [ItemStatus.FAILED] * 3 + [ItemStatus.PENDING]
+    assert [g.members for g in plan.groups] == [(3,)]
+    assert plan.items[0].error == plan.items[1].error
+    assert plan.items[0].error.startswith(f"ModelIntegrityError: model 'inswapper_128' at {swapper} does not match")
+    assert plan.items[2].error.startswith("ModelError: unknown model 'no_such_embedder'")
+    assert not plan_job(items[:3], cfg).runs  # nothing to run: Ray is not needed

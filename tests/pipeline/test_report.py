@@ -52,3 +52,25 @@ def test_the_json_report_has_every_field(tmp_path):
                                  "frames": 93, "frames_failed": 0, "faces_swapped": 0, "error": "",
                                  "frames_missing": 182, "missing_from_s": 3.17,
                                  "warnings": ["cut.mp4 is truncated"]}
+
+
+def test_a_failure_is_one_line_and_logged_below_warning(caplog):
+    """The CLI prints each failed item once (its summary or its error line): the item's error is
+    one line, whatever text the exception carries, and the log line is INFO, not a second copy."""
+    import logging
+
+    traceback_text = ("ray::FusedStage() (pid=1, ip=127.0.0.1)\nTraceback (most recent call last):\n"
+                      '  File "x.py", line 1, in f\n    g()\n'
+                      "fusion_ray.errors.ModelIntegrityError: model 'inswapper_128' does not match\n")
+    results = [ItemResult("a.mp4", "o.mp4") for _ in range(3)]
+    with caplog.at_level(logging.DEBUG, logger="fusion_ray"):
+        results[0].fail(RuntimeError("first line\nsecond line"))
+        results[1].fail(traceback_text)
+        results[2].fail(OSError(28, "No space left on device"))
+    assert [r.error for r in results] == [
+        "RuntimeError: first line; second line",
+        "ModelIntegrityError: model 'inswapper_128' does not match (in a Ray worker)",
+        "OSError: [Errno 28] No space left on device"]
+    assert all(r.status == "failed" for r in results)
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.INFO, f"{r.target}: {r.error}") for r in results]
