@@ -91,6 +91,19 @@ class FaceBatch:
                    np.asarray(ids, object), np.full(len(rows), NO_TRACK, np.int64),
                    embedding=np.stack(embeddings) if all(e is not None for e in embeddings) else None)  # type: ignore[arg-type]
 
+    @classmethod
+    def one_frame(cls, landmarks_5: np.ndarray, bbox_xyxy: np.ndarray | None = None,
+                  score: np.ndarray | None = None, track_id: np.ndarray | None = None) -> FaceBatch:
+        """The faces of a single frame (frame index 0) from their arrays; a missing box is the
+        landmarks' extent, a missing score 1 and a missing track id :data:`NO_TRACK`."""
+        points = np.asarray(landmarks_5, np.float32).reshape(-1, 5, 2)
+        n = len(points)
+        if bbox_xyxy is None:
+            bbox_xyxy = (np.concatenate([points.min(axis=1), points.max(axis=1)], axis=1) if n
+                         else np.zeros((0, 4), np.float32))
+        return cls(np.zeros(n, np.int64), bbox_xyxy, points, np.ones(n, np.float32) if score is None else score,
+                   np.full(n, "", object), np.full(n, NO_TRACK, np.int64) if track_id is None else track_id)
+
     @staticmethod
     def merge(batches: Sequence[FaceBatch], frame_offsets: Sequence[int] | None = None) -> FaceBatch:
         """Concatenate batches; ``frame_offsets`` shift each batch's frame indices."""

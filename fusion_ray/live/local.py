@@ -12,21 +12,14 @@ import threading
 
 import numpy as np
 
-from fusion_ray.core.layout import align_crops, paste_crops
+from fusion_ray.core import chain
+from fusion_ray.core.facebatch import FaceBatch
 from fusion_ray.engine import Engine
 from fusion_ray.live.backend import FramePlan, Processed, StreamRefused, token_matches
 from fusion_ray.live.protocol import CLOSE_POLICY, CLOSE_UNSUPPORTED, StartMessage
 from fusion_ray.models.detector import ScrfdDetector
-from fusion_ray.ops.select import select_faces
 from fusion_ray.serve.sources import SourceStore
 from fusion_ray.types import Frame, SourceIdentity, check_frame
-
-
-def landmarks_array(faces: list) -> np.ndarray:  # type: ignore[type-arg]
-    """(N, 5, 2) float32 landmarks of faces."""
-    if not faces:
-        return np.zeros((0, 5, 2), np.float32)
-    return np.stack([face.landmarks_5 for face in faces]).astype(np.float32)
 
 
 class EngineBackend:
@@ -85,22 +78,31 @@ class EngineStreamProcessor:
         return await asyncio.to_thread(self.process_sync, frame, plan)
 
     def process_sync(self, frame: Frame, plan: FramePlan) -> Processed:
-        """The same chain as ``Engine.process_frame``, with the plan's detection choices."""
+        """The core chain of ``Engine.process_frame``, with the plan's detection choices."""
         check_frame(frame)
-        if plan.landmarks is None:
-            faces = self.backend.detector(plan.detector_size).detect(frame)
-            chosen = select_faces(faces, self.start.select, index=self.start.face_index)
-            landmarks, detected = landmarks_array(chosen), len(faces)
-        else:
-            landmarks = np.asarray(plan.landmarks, np.float32).reshape(-1, 5, 2)
-            detected = len(landmarks)
-        if not len(landmarks):
-            return Processed(frame, landmarks, detected)
         engine = self.engine
-        crops, affines = align_crops(frame, landmarks, engine.swap_layout)
-        out = paste_crops(frame, engine.swap_crops(crops, self.identity), affines, engine.swap_layout)
+        errors = [""]
+        if plan.landmarks is None:
+            found = chain.detect_select(self.backend.detector(plan.detector_size), [frame], errors,
+                                        [chain.Selection(self.start.select, self.start.face_index)])
+            faces, detected = found.faces, int(found.faces_detected[0])
+        else:
+            faces = FaceBatch.one_frame(np.asarray(plan.landmarks, np.float32))
+            detected = len(faces)
+        if not len(faces):
+            _raise_first(errors)
+            return Processed(frame, faces.landmarks_5, detected)
+        faces = chain.align([frame], faces, engine.swap_layout, errors, "align")
+        faces = chain.swap(engine.backend, faces, {"": self.identity}, errors)
+        out = chain.paste([frame], faces, engine.swap_layout, errors)[0]
         if plan.enhance:
-            e_crops, e_affines = align_crops(out, landmarks, engine.enhance_layout)
-            enhanced = engine.models.need_enhancer().enhance(e_crops, engine.cfg.enhance.blend)
-            out = paste_crops(out, enhanced, e_affines, engine.enhance_layout)
-        return Processed(out, landmarks, detected)
+            crops = chain.align_for_enhance([out], faces, engine.enhance_layout, errors)
+            enhanced = chain.enhance(engine.models.need_enhancer(), crops, engine.cfg.enhance.blend)
+            out = chain.paste([out], enhanced, engine.enhance_layout, errors, "enhance_paste")[0]
+        _raise_first(errors)  # never a frame whose selected faces were not swapped
+        return Processed(out, faces.landmarks_5, detected)
+
+
+def _raise_first(errors: list[str]) -> None:
+    if errors[0]:
+        raise ValueError(errors[0])

@@ -104,14 +104,12 @@ class ServeStreamProcessor:
             return await self._detect(t, frame, plan)
         self.crops = dict(roi.boxes)
         tracked = self.tracker.update(plan.seq, roi.faces, frame.shape[:2])
-        points = tracked.landmarks_5
-        faces = FaceBatch(np.zeros(len(points), np.int64), tracked.bbox_xyxy, points, tracked.score,
-                          np.full(len(points), "", object), tracked.track_id)
+        faces = FaceBatch.one_frame(tracked.landmarks_5, tracked.bbox_xyxy, tracked.score, tracked.track_id)
         errors = [""]
         cut = await asyncio.to_thread(chain.align, [frame], faces, self.core.local.swap_layout, errors, "align")
         if errors[0]:
             raise ValueError(errors[0])
-        return cut, len(points)
+        return cut, len(faces)
 
     async def _detect(self, t: Timings, frame: Frame, plan: FramePlan) -> tuple[FaceBatch, int]:
         """Whole-frame detection and selection on the detector deployment; the tracker follows it."""
