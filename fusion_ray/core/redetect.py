@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fusion_ray.core.matching import iou_matrix, landmark_distance_matrix
-from fusion_ray.core.tracking import GATE_GROWTH, NO_TRACK, FrameFaces, Tracker, TrackPrediction
+from fusion_ray.core.tracking import NO_TRACK, FrameFaces, Tracker, TrackPrediction, gate_scale
 from fusion_ray.core.tracking_config import TrackingConfig
 from fusion_ray.models.detector import ScrfdDetector, nms
 from fusion_ray.types import Frame, check_frame
@@ -114,7 +114,7 @@ def pick_for_track(found: FrameFaces, prediction: TrackPrediction, max_distance:
         return None
     dist = landmark_distance_matrix(prediction.landmarks_5[None], found.landmarks_5)[0]
     best = int(np.argmin(dist))
-    return best if dist[best] <= max_distance * (1 + GATE_GROWTH * prediction.misses) else None
+    return best if dist[best] <= max_distance * gate_scale(prediction.misses, prediction.settled) else None
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,16 @@ GATE_GROWTH = 0.25
 VELOCITY_SAMPLES = 6
 """A track's velocity is fitted to its last this many detections."""
 
+NEW_TRACK_GATE = 2.0
+"""A track with a single detection (no velocity yet: it is predicted where it was) matches
+within this many times the gate: a face may move about an eye distance per frame."""
+
+
+def gate_scale(misses: int | npt.NDArray[np.float64], settled: bool | npt.NDArray[np.bool_]) -> Any:
+    """The matching gate, in units of ``max_landmark_distance``: it widens with the frames a
+    track was missed and is wider while the track has no velocity (``settled`` False)."""
+    return (1.0 + GATE_GROWTH * np.asarray(misses, np.float64)) * np.where(settled, 1.0, NEW_TRACK_GATE)
+
 
 @dataclass(frozen=True)
 class FrameFaces:
@@ -115,13 +125,15 @@ class FrameFaces:
 
 @dataclass(frozen=True)
 class TrackPrediction:
-    """Where a live track is expected at a frame; ``misses``: frames since its last detection."""
+    """Where a live track is expected at a frame; ``misses``: frames since its last detection;
+    ``settled``: the track has a velocity (two detections or more)."""
 
     track_id: int
     bbox_xyxy: FloatArray
     landmarks_5: FloatArray
     misses: int
     last_score: float
+    settled: bool = True
 
 
 @dataclass
@@ -174,7 +186,8 @@ class Linker:
         for t in self._tracks:
             p = t.predict(frame_idx)
             box = np.concatenate([np.minimum(p[5], p[6]), np.maximum(p[5], p[6])])
-            out.append(TrackPrediction(t.track_id, box, p[:5], frame_idx - t.last_frame - 1, t.score))
+            out.append(TrackPrediction(t.track_id, box, p[:5], frame_idx - t.last_frame - 1, t.score,
+                                       t.velocity is not None))
         return out
 
     def link(self, frame_idx: int, faces: FrameFaces, frame_hw: tuple[int, int] | None = None) -> IntArray:
@@ -210,7 +223,8 @@ class Linker:
         misses = np.asarray([frame_idx - t.last_frame - 1 for t in self._tracks], np.float64)
         dist = landmark_distance_matrix(predicted[:, :5], points[:, :5])
         iou = iou_matrix(predicted[:, 5:].reshape(-1, 4), points[:, 5:].reshape(-1, 4))
-        gate = self.cfg.max_landmark_distance * (1.0 + GATE_GROWTH * misses)[:, None]
+        settled = np.asarray([t.velocity is not None for t in self._tracks], bool)
+        gate = self.cfg.max_landmark_distance * gate_scale(misses, settled)[:, None]
         cost = dist + (1.0 - iou)
         # The IoU gate holds for tracks seen on the previous frame; a lost track's prediction
         # drifts, and its widening landmark gate is the test.
