@@ -74,3 +74,11 @@ def test_take_and_without_frames():
     assert faces.of_frame(2).bbox_xyxy[0, 0] == 20
     with pytest.raises(ValueError, match="expected aligned crops"):
         faces.require_crops()
+
+
+def test_one_frame_from_landmarks_alone():
+    points = np.array([[[10, 10], [20, 10], [15, 15], [11, 20], [19, 20]]], np.float32)
+    faces = FaceBatch.one_frame(points)
+    assert faces.frame_index.tolist() == [0] and faces.track_id.tolist() == [NO_TRACK]
+    assert faces.bbox_xyxy.tolist() == [[10, 10, 20, 20]] and faces.score.tolist() == [1.0]
+    assert len(FaceBatch.one_frame(np.zeros((0, 5, 2)))) == 0
