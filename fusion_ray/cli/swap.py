@@ -51,12 +51,12 @@ def _inputs(args: argparse.Namespace, cfg: EngineConfig) -> list[tuple[str, Path
 def check_video_swap(args: argparse.Namespace) -> VideoInfo:
     """What can be refused on the driver, before Ray starts: the output, then the video's probe.
 
-    A variable frame rate is a warning (the output keeps the source's frame timestamps).
+    A variable frame rate is the job planner's warning (the output keeps the source's frame
+    timestamps; the report records it).
     """
     from fusion_ray.pipeline.config import load_job_config
     from fusion_ray.video.encode import check_encodable, check_video_output
     from fusion_ray.video.probe import probe
-    from fusion_ray.video.timing import read_frame_times
 
     check_video_output(args.output)
     if args.output.exists() and not args.force:
@@ -65,9 +65,6 @@ def check_video_swap(args: argparse.Namespace) -> VideoInfo:
     info = probe(args.target)  # an empty, corrupt or unreadable video is refused here
     encode_options = load_job_config(args.pipeline_config).pipeline.encode_options
     check_encodable(info.width, info.height, encode_options)  # e.g. odd sizes as yuv420p
-    note = read_frame_times(args.target).note(info.fps)
-    if note:
-        log.warning("%s: %s", args.target, note)
     return info
 
 

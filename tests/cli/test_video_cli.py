@@ -1,18 +1,18 @@
 """The video side of ``swap``: arguments refused before Ray starts."""
 
-import logging
+import json
 import shutil
 import subprocess
 import sys
 from fractions import Fraction
 from pathlib import Path
 
+import av
 import cv2
 import numpy as np
 import pytest
 
-from fusion_ray.cli import build_parser, main
-from fusion_ray.cli.swap import check_video_swap
+from fusion_ray.cli import main
 from fusion_ray.imageio import read_image
 from fusion_ray.video import make_corrupt_video, make_test_video, probe
 
@@ -113,18 +113,33 @@ def test_an_odd_sized_video_swaps_end_to_end(tmp_path, images_dir, standin_dir, 
     assert info.has_audio
 
 
-def test_a_variable_frame_rate_is_a_warning_before_ray(tmp_path, images_dir, caplog):
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_variable_frame_rate_keeps_its_timestamps_with_one_warning(tmp_path, images_dir, standin_dir, scrfd_path,
+                                                                     capsys):
     times = [Fraction(i, 30) for i in range(6)] + [Fraction(6, 30) + Fraction(i, 10) for i in range(4)]
-    clip = make_test_video(tmp_path / "vfr.mp4", face_image=None, n_frames=10, fps=Fraction(30), size_wh=(64, 48),
-                           audio=False, frame_times=times)
-    args = build_parser().parse_args(["swap", "-s", str(images_dir / "obama.jpg"), "-t", str(clip),
-                                      "-o", str(tmp_path / "out.mp4")])
-    with caplog.at_level(logging.WARNING, logger="fusion_ray"):
-        info = check_video_swap(args)
-    assert info.frame_count == 10
-    assert [r.getMessage() for r in caplog.records] == [
-        f"{clip}: variable frame rate (10 to 30 frames/s): the output keeps the source's "
-        "frame timestamps"]
+    clip = make_test_video(tmp_path / "vfr.mp4", face_image=read_image(images_dir / "obama.jpg").frame, n_frames=10,
+                           fps=Fraction(30), size_wh=(128, 96), frame_times=times, gop=4)
+    out, report = tmp_path / "out.mp4", tmp_path / "r.json"
+    code = main(["swap", "-s", str(images_dir / "biden.jpg"), "-t", str(clip), "-o", str(out), "--report", str(report),
+                 "--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu",
+                 "--no-progress-bars"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert _video_pts(out) == _video_pts(clip) and len(_video_pts(out)) == 10
+    note = f"{clip}: variable frame rate (10 to 30 frames/s): the output keeps the source's frame timestamps"
+    assert json.loads(report.read_text())["items"][0]["warnings"] == [note]
+    assert err.count("variable frame rate") == 1 and f"warning: {note}" in err
+    info = probe(out)
+    assert info.frame_count == 10 and info.has_audio
+
+
+def _video_pts(path):
+    """Each frame's presentation time (s) from the first one, in order."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        pts = sorted(p.pts for p in container.demux(stream) if p.pts is not None)
+        return [(t - pts[0]) * stream.time_base for t in pts]
 
 
 def test_a_corrupt_model_is_one_line_before_ray_starts(tmp_path, images_dir, standin_dir, scrfd_path):
