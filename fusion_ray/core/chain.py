@@ -111,7 +111,7 @@ def align(frames: Sequence[Frame], faces: FaceBatch, layout: CropLayout, errors:
     """``faces`` with crops cut from their frames through ``layout`` (failed frames lose their faces)."""
     crops = np.zeros((len(faces), layout.size, layout.size, 3), np.uint8)
     affines = np.zeros((len(faces), 2, 3), np.float64)
-    for row in np.unique(faces.frame_index):
+    for row in sorted(set(faces.frame_index.tolist())):  # (np.unique costs ~6 ms on first use)
         idx = np.flatnonzero(faces.frame_index == row)
         none: tuple[np.ndarray, np.ndarray] | None = None
         cut = guarded(errors, int(row), stage, partial(align_crops, frames[int(row)], faces.landmarks_5[idx], layout),
@@ -158,7 +158,7 @@ def paste(frames: Sequence[Frame], faces: FaceBatch, layout: CropLayout, errors:
     if not len(faces):
         return out
     crops, affines = faces.require_crops()
-    for row in np.unique(faces.frame_index):
+    for row in sorted(set(faces.frame_index.tolist())):  # (np.unique costs ~6 ms on first use)
         r = int(row)
         if errors[r]:
             continue
