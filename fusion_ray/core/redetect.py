@@ -9,6 +9,10 @@ moves by less than ``roi_hold`` of its side stays where it was, so a still face 
 on the same pixels. Offline, a face found by a full detection is followed back through the
 frames since the previous one (:func:`backfill`).
 
+A face seen on the previous frame and not found on its crop (it moved further than the gate,
+or it is hidden) makes the tracking detector search the whole frame at once (reason
+``missed``), so a visible face is not left out for a frame.
+
 A full-frame detection runs (:func:`full_detection_reason`) on a segment's first frame, when
 ``full_every`` frames have passed since the last one (new faces), on the frame after a track
 was lost, and after a re-detected face scored below ``roi_min_score``.
@@ -34,7 +38,7 @@ from fusion_ray.types import Frame, check_frame
 CropBox = tuple[int, int, int, int]
 """Integer crop ``(x1, y1, x2, y2)`` in frame pixels, x2/y2 exclusive."""
 
-FullReason = Literal["first", "every", "lost", "low_score"]
+FullReason = Literal["first", "every", "lost", "low_score", "missed"]
 
 
 def roi_for(bbox_xyxy: npt.ArrayLike, frame_hw: tuple[int, int], growth: float, canvas: int) -> CropBox | None:
@@ -262,19 +266,23 @@ class TrackingDetector:
     def step(self, frame_idx: int, frame: Frame) -> StepResult:
         reason = full_detection_reason(frame_idx, last_full=self._last_full, cfg=self.cfg,
                                        lost=bool(self.tracker.newly_lost), low_score=self._low_score)
-        if reason is not None:
-            raw = FrameFaces.from_faces(self.full_detector.detect(frame))
-            self._last_full = frame_idx
-            self._low_score = False
-            self.counters.full += 1
-            self.counters.reasons[reason] = self.counters.reasons.get(reason, 0) + 1
-        else:
+        if reason is None:
             predictions = self.tracker.predictions(frame_idx)
             result = redetect(frame, self.roi_detector, predictions, self.cfg, self._crops)
             self._crops.update(result.boxes)
             raw = result.faces
             self._low_score = any(0 < s < self.cfg.roi_min_score for s in result.scores.values())
             self.counters.roi += result.crops
+            # A face seen on the previous frame and not found on its crop (it moved further
+            # than the gate, or it is hidden): the whole frame is searched now, not on the next.
+            if any(result.scores[p.track_id] == 0 for p in predictions if p.misses == 0 and p.track_id in result.boxes):
+                reason = "missed"
+        if reason is not None:
+            raw = FrameFaces.from_faces(self.full_detector.detect(frame))
+            self._last_full = frame_idx
+            self._low_score = False
+            self.counters.full += 1
+            self.counters.reasons[reason] = self.counters.reasons.get(reason, 0) + 1
         online = self.tracker.update(frame_idx, raw, (frame.shape[0], frame.shape[1]))
         added = self._backfill(online, raw) if self.lookback and reason not in (None, "first") else {}
         self._known.update(online.track_id.tolist())

@@ -113,8 +113,9 @@ def test_tracking_detector_runs_full_detection_after_a_face_is_lost(detector, cl
     hidden = np.full_like(clip[3], 110)
     for f, frame in enumerate(clip[:6]):
         tracking.step(f, hidden if f == 3 else frame)
-    # 0: first; 3: the crop finds nothing (the face is lost); 4: a full detection finds it again.
-    assert tracking.counters.reasons == {"first": 1, "lost": 1}
+    # 0: first; 3: the crop finds nothing, so the whole frame is searched at once (nothing
+    # there: the face is lost); 4: a full detection finds it again.
+    assert tracking.counters.reasons == {"first": 1, "missed": 1, "lost": 1}
     assert tracking.counters.roi == 4
 
 
