@@ -43,6 +43,11 @@ def print_summary(report, wall_s: float, report_path: Path | None, *,  # type: i
     print(f"{'stage':15} {'busy s':>8} {'idle s':>8} {'idle %':>7}", file=sys.stderr)
     for name, stats in report.stages.items():
         print(f"{name:15} {stats.busy_s:8.2f} {stats.idle_s:8.2f} {100 * stats.idle_ratio:6.1f}%", file=sys.stderr)
+    tracked = [item for item in report.items if item.det_full]
+    if tracked:
+        print(f"tracking ({len(tracked)} video(s)): {sum(i.det_full for i in tracked)} full-frame detections, "
+              f"{sum(i.det_roi for i in tracked)} ROI detections, {sum(i.faces_interpolated for i in tracked)} "
+              f"interpolated faces, {sum(i.tracks for i in tracked)} tracks", file=sys.stderr)
     if FUSED_POOL in report.stages:
         print(f"({FUSED_POOL}: no GPU, so one CPU actor pool runs every stage; its stages never wait, the pool does)",
               file=sys.stderr)

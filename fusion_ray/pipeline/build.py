@@ -99,12 +99,14 @@ def _gets_gpu(resources: StageResources, pipeline: PipelineConfig, gpus_availabl
 
 
 def stage_specs(engine: EngineConfig, pipeline: PipelineConfig, identities: Mapping[str, SourceIdentity],
-                reference: Embedding | None, sink: Sink | None, *, gpus_available: bool = False) -> list[StageSpec]:
+                reference: Embedding | None, sink: Sink | None, *, gpus_available: bool = False,
+                tracked: bool = False) -> list[StageSpec]:
     """The chain, in order: detect, swap, paste (, enhance, paste_enhanced) (, encode).
 
     A stage whose actors get no GPU (see ``_gets_gpu``) runs its models on CPU, whatever
     providers ``engine`` asks for. In a fused pool every stage works within the pool's
-    (``detect``'s) CPU budget.
+    (``detect``'s) CPU budget. ``tracked``: the read tasks track the videos' faces, so detect
+    only cuts crops (and loads a detector only when the sink has image items, or is unknown).
     """
     fused = pipeline.fused(gpus_available)
 
@@ -114,7 +116,8 @@ def stage_specs(engine: EngineConfig, pipeline: PipelineConfig, identities: Mapp
         return StageSpec(cls, (engine.in_ray_actor(gets_gpu), *args), {"cpu_budget": budget, **kwargs},
                          resources, gets_gpu)
 
-    specs = [spec(DetectStage, pipeline.detect, reference=reference),
+    detect = {"tracked": True, "images": sink is None or bool(sink.images)} if tracked else {}
+    specs = [spec(DetectStage, pipeline.detect, reference=reference, **detect),
              spec(SwapStage, pipeline.swap, dict(identities)),
              spec(PasteStage, pipeline.paste)]
     if engine.enhance.enabled:
@@ -141,15 +144,16 @@ def _pool_args(resources: StageResources, gets_gpu: bool) -> dict[str, Any]:
 
 def build_pipeline(ds: Dataset, engine: EngineConfig, pipeline: PipelineConfig,
                    identities: Mapping[str, SourceIdentity], *, reference: Embedding | None = None,
-                   gpus_available: bool | None = None, sink: Sink | None = None) -> Dataset:
+                   gpus_available: bool | None = None, sink: Sink | None = None, tracked: bool = False) -> Dataset:
     """Chain the stages on ``ds``, as separate pools or fused (see the module docstring).
 
     GPU stages ask for ``num_gpus`` only when the cluster has GPUs; otherwise they run on CPU
     with the same batching. Stages given no GPU run their models on CPU (``EngineConfig.in_ray_actor``). Each
-    actor's ONNX sessions get threads from its own CPU budget.
+    actor's ONNX sessions get threads from its own CPU budget. ``tracked``: ``ds`` comes from a
+    ``FrameDatasource`` with tracking (its rows carry the tracked faces).
     """
     gpus = cluster_gpus() > 0 if gpus_available is None else gpus_available
-    specs = stage_specs(engine, pipeline, identities, reference, sink, gpus_available=gpus)
+    specs = stage_specs(engine, pipeline, identities, reference, sink, gpus_available=gpus, tracked=tracked)
     if pipeline.fused(gpus):
         log.info("running the stages fused in one CPU actor pool (%d actors)", pipeline.detect.max_actors)
         return ds.map_batches(FusedStage, fn_constructor_args=(specs,), **_pool_args(pipeline.detect, False))

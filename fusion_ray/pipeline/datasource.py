@@ -9,6 +9,11 @@ plane's bytes, ``b""`` when there is none) to the encode stage, which re-attache
 A unit that cannot be decoded yields one row marked ``read_failed`` (its ``index`` is the
 first frame it could not deliver) with the error, so the job can report the item instead of
 failing as a whole; the stages skip that row, as they skip any row with an error.
+
+With tracking (``FrameDatasource(..., tracking=TrackedRead(...))``), a video read task also
+tracks the segment's faces as it decodes them (:mod:`fusion_ray.pipeline.track_read`): it
+holds a few frames until their faces are final and emits each frame with its selected faces
+and the tracking counters (:data:`TRACK_COLUMNS`); the detect stage then only cuts the crops.
 """
 
 from __future__ import annotations
@@ -24,12 +29,21 @@ import numpy as np
 from ray.data.block import Block, BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from fusion_ray.errors import FusionRayError
+from fusion_ray.errors import FusionRayError, is_fatal
 from fusion_ray.imageio import read_image
+from fusion_ray.pipeline.track_read import (
+    TRACK_COLUMNS,
+    SegmentReader,
+    TrackedFrame,
+    TrackedRead,
+    face_columns,
+)
 from fusion_ray.video.decode import decode_segment
 from fusion_ray.video.segments import Segment
 
 log = logging.getLogger(__name__)
+
+__all__ = ["FRAME_COLUMNS", "NO_ALPHA", "TRACK_COLUMNS", "FrameDatasource", "ReadUnit", "alpha_plane", "read_unit"]
 
 FRAME_COLUMNS = ("item", "segment", "index", "time_s", "source_id", "frame", "alpha", "error", "read_failed")
 NO_ALPHA = b""
@@ -44,21 +58,54 @@ class ReadUnit:
     source_id: str
     segment: Segment | None
     frame_hw: tuple[int, int]
+    fps: float = 30.0
 
 
-def _block(rows: dict[str, list[Any]]) -> Block:
-    batch = {
-        "item": np.asarray(rows["item"], np.int32),
-        "segment": np.asarray(rows["segment"], np.int32),
-        "index": np.asarray(rows["index"], np.int64),
-        "time_s": np.asarray(rows["time_s"], np.float64),
-        "source_id": np.asarray(rows["source_id"], dtype=object),
-        "frame": _frames_column(rows["frame"]),
-        "alpha": np.asarray(rows["alpha"], dtype=object),
-        "error": np.asarray(rows["error"], dtype=object),
-        "read_failed": np.asarray(rows["read_failed"], np.bool_),
-    }
-    return BlockAccessor.batch_to_block(batch)
+class _Rows:
+    """The rows of the block being built (with tracking, also the :data:`TRACK_COLUMNS`)."""
+
+    def __init__(self, unit: ReadUnit, tracking: bool) -> None:
+        self.unit = unit
+        self.tracking = tracking
+        self.columns: dict[str, list[Any]] = {name: [] for name in FRAME_COLUMNS}
+        self.tracked: list[TrackedFrame | None] = []
+
+    def __len__(self) -> int:
+        return len(self.tracked)
+
+    def add(self, index: int, time_s: float, frame: np.ndarray, alpha: bytes = NO_ALPHA, error: str = "",
+            tracked: TrackedFrame | None = None) -> None:
+        segment = self.unit.segment.index if self.unit.segment is not None else 0
+        for name, value in (("item", self.unit.item), ("segment", segment), ("index", index), ("time_s", time_s),
+                            ("source_id", self.unit.source_id), ("frame", frame), ("alpha", alpha),
+                            ("error", error), ("read_failed", bool(error))):
+            self.columns[name].append(value)
+        self.tracked.append(tracked)
+
+    def block(self) -> Block:
+        rows = self.columns
+        batch = {
+            "item": np.asarray(rows["item"], np.int32),
+            "segment": np.asarray(rows["segment"], np.int32),
+            "index": np.asarray(rows["index"], np.int64),
+            "time_s": np.asarray(rows["time_s"], np.float64),
+            "source_id": np.asarray(rows["source_id"], dtype=object),
+            "frame": _frames_column(rows["frame"]),
+            "alpha": np.asarray(rows["alpha"], dtype=object),
+            "error": np.asarray(rows["error"], dtype=object),
+            "read_failed": np.asarray(rows["read_failed"], np.bool_),
+        }
+        if self.tracking:
+            batch.update(self._track_columns())
+        return BlockAccessor.batch_to_block(batch)
+
+    def _track_columns(self) -> dict[str, np.ndarray]:
+        rows = [t or TrackedFrame(0, 0.0, np.zeros((1, 1, 3), np.uint8)) for t in self.tracked]
+        columns = face_columns([r.faces for r in rows], self.unit.source_id)
+        columns["tracked"] = np.asarray([t is not None for t in self.tracked], np.bool_)
+        for name in ("faces_found", "det_full", "det_roi", "faces_interpolated", "tracks_new"):
+            columns[name] = np.asarray([getattr(r, name) for r in rows], np.int32)
+        return columns
 
 
 def _frames_column(frames: list[np.ndarray]) -> np.ndarray:
@@ -70,42 +117,48 @@ def _frames_column(frames: list[np.ndarray]) -> np.ndarray:
     return column
 
 
-def _empty_rows() -> dict[str, list[Any]]:
-    return {name: [] for name in FRAME_COLUMNS}
+def _segment_frames(unit: ReadUnit, tracking: TrackedRead | None) -> Iterator[TrackedFrame]:
+    """The segment's frames in order; with tracking, each with its final faces and counters."""
+    assert unit.segment is not None
+    decoded = decode_segment(unit.path, unit.segment, threads=1)
+    if tracking is None:
+        for frame in decoded:
+            yield TrackedFrame(frame.index, frame.time_s, frame.frame)
+        return
+    reader = SegmentReader(tracking.load_models(), tracking, fps=unit.fps, frame_hw=unit.frame_hw)
+    yield from reader.frames(decoded)
 
 
-def read_unit(unit: ReadUnit, block_frames: int) -> Iterator[Block]:
-    """Decode one unit into blocks of at most ``block_frames`` rows (bounded memory)."""
-    rows = _empty_rows()
-    segment_index = unit.segment.index if unit.segment is not None else 0
+def read_unit(unit: ReadUnit, block_frames: int, tracking: TrackedRead | None = None) -> Iterator[Block]:
+    """Decode one unit into blocks of at most ``block_frames`` rows (bounded memory).
+
+    With ``tracking``, a video unit's faces are tracked here (:mod:`fusion_ray.pipeline.track_read`)
+    and every block has the :data:`TRACK_COLUMNS` (an image's rows are not ``tracked``).
+    """
+    rows = _Rows(unit, tracking is not None)
     next_index = unit.segment.start_frame if unit.segment is not None else 0
-
-    def add(index: int, time_s: float, frame: np.ndarray, alpha: bytes = NO_ALPHA, error: str = "") -> None:
-        for name, value in (("item", unit.item), ("segment", segment_index), ("index", index), ("time_s", time_s),
-                            ("source_id", unit.source_id), ("frame", frame), ("alpha", alpha),
-                            ("error", error), ("read_failed", bool(error))):
-            rows[name].append(value)
-
     try:
         if unit.segment is None:
             image = read_image(Path(unit.path))
-            add(0, 0.0, image.frame, image.alpha.tobytes() if image.alpha is not None else NO_ALPHA)
+            rows.add(0, 0.0, image.frame, image.alpha.tobytes() if image.alpha is not None else NO_ALPHA)
         else:
-            for decoded in decode_segment(unit.path, unit.segment, threads=1):
-                add(decoded.index, decoded.time_s, decoded.frame)
-                next_index = decoded.index + 1
-                if len(rows["index"]) >= block_frames:
-                    yield _block(rows)
-                    rows = _empty_rows()
+            for row in _segment_frames(unit, tracking):
+                rows.add(row.index, row.time_s, row.frame, tracked=row if tracking is not None else None)
+                next_index = row.index + 1
+                if len(rows) >= block_frames:
+                    yield rows.block()
+                    rows = _Rows(unit, tracking is not None)
     except Exception as exc:  # any decode error (an odd pixel format, a PyAV error) fails this item only
+        if tracking is not None and is_fatal(exc):
+            raise  # a model, provider or memory error: Ray retries the read task
         message = str(exc) if isinstance(exc, FusionRayError | OSError) else f"{type(exc).__name__}: {exc}"
-        log.warning("cannot read %s (segment %d): %s", unit.path, segment_index, message)
-        if rows["index"]:
-            yield _block(rows)
-        rows = _empty_rows()
-        add(next_index, 0.0, np.zeros((2, 2, 3), np.uint8), error=f"read: {message}")
-    if rows["index"]:
-        yield _block(rows)
+        log.warning("cannot read %s (segment %d): %s", unit.path, unit.segment.index if unit.segment else 0, message)
+        if len(rows):
+            yield rows.block()
+        rows = _Rows(unit, tracking is not None)
+        rows.add(next_index, 0.0, np.zeros((2, 2, 3), np.uint8), error=f"read: {message}")
+    if len(rows):
+        yield rows.block()
 
 
 def alpha_plane(alpha: bytes, frame: np.ndarray) -> np.ndarray | None:
@@ -118,12 +171,14 @@ def alpha_plane(alpha: bytes, frame: np.ndarray) -> np.ndarray | None:
 class FrameDatasource(Datasource):
     """Frames of many videos and images, one read task per video segment or image."""
 
-    def __init__(self, units: Sequence[ReadUnit], block_frames: int = 16) -> None:
+    def __init__(self, units: Sequence[ReadUnit], block_frames: int = 16,
+                 tracking: TrackedRead | None = None) -> None:
         super().__init__()
         if not units:
             raise ValueError("FrameDatasource needs at least one read unit")
         self.units = list(units)
         self.block_frames = block_frames
+        self.tracking = tracking
 
     def _unit_rows(self, unit: ReadUnit) -> int:
         return unit.segment.frame_count if unit.segment is not None else 1
@@ -138,7 +193,7 @@ class FrameDatasource(Datasource):
             rows = self._unit_rows(unit)
             metadata = BlockMetadata(num_rows=rows, size_bytes=rows * unit.frame_hw[0] * unit.frame_hw[1] * 3,
                                      input_files=(unit.path,), exec_stats=None)
-            tasks.append(ReadTask(functools.partial(read_unit, unit, self.block_frames), metadata))
+            tasks.append(ReadTask(functools.partial(read_unit, unit, self.block_frames, self.tracking), metadata))
         return tasks
 
     def get_name(self) -> str:

@@ -57,6 +57,14 @@ class ItemResult:
     """Where a truncated video's missing frames start (seconds from its first frame)."""
     warnings: list[str] = field(default_factory=list)
     """What a ``done`` item lost or changed (e.g. a truncated video processed as far as it goes)."""
+    det_full: int = 0
+    """Tracking (videos): full-frame detections."""
+    det_roi: int = 0
+    """Tracking: faces re-detected on a crop around their predicted position."""
+    faces_interpolated: int = 0
+    """Tracking: swapped faces filled in over a gap of at most G frames."""
+    tracks: int = 0
+    """Tracking: face tracks (counted per segment: tracks start again at each one)."""
 
     def fail(self, exc: BaseException | str) -> None:
         """The item failed: its error is one line (a Ray error: its worker's cause; the CLI
@@ -130,6 +138,7 @@ class JobReport:
                 continue
             fold.frames += 1
             _count_frame(result, error, int(batch["faces_swapped"][row]) if "faces_swapped" in batch else 0)
+            _count_tracking(result, batch, row)
             if result.kind == ItemKind.VIDEO:
                 fold.segment_frames[(n, int(batch["segment"][row]))] += 1
         for name, stats in self.stages.items():
@@ -160,6 +169,18 @@ def typed_error(exc: BaseException) -> str:
     a config, Ray): the type says what kind of thing failed, since it is not the item."""
     text = describe_error(exc)
     return f"{type(exc).__name__}: {text}" if isinstance(exc, FusionRayError) else text
+
+
+TRACKING_COUNTERS = {"det_full": "det_full", "det_roi": "det_roi", "faces_interpolated": "faces_interpolated",
+                     "tracks_new": "tracks"}
+"""Per-row columns of a tracking read task -> the ItemResult counter each adds to."""
+
+
+def _count_tracking(result: ItemResult, batch: Mapping[str, Any], row: int) -> None:
+    """A tracked video frame's counters (absent with tracking off, and for images)."""
+    for column, name in TRACKING_COUNTERS.items():
+        if column in batch:
+            setattr(result, name, getattr(result, name) + int(batch[column][row]))
 
 
 def _count_frame(result: ItemResult, error: str, faces_swapped: int) -> None:

@@ -30,6 +30,7 @@ from fusion_ray.pipeline.plan import GroupPlan, ItemPlan, JobPlan
 from fusion_ray.pipeline.report import ItemKind, ItemResult, ItemStatus, JobReport
 from fusion_ray.pipeline.sources import driver_provenance, load_driver_engine, prepare_identities
 from fusion_ray.pipeline.stages import stage_names
+from fusion_ray.pipeline.track_read import TrackedRead
 from fusion_ray.pipeline.tracker import SegmentKey, SegmentTracker
 from fusion_ray.pipeline.writer import ImageTarget, SegmentWriter, VideoTarget, writer_for
 from fusion_ray.types import Embedding, SourceIdentity
@@ -104,7 +105,8 @@ class GroupRun:
                 if item.kind is ItemKind.VIDEO:
                     shutil.rmtree(item.work_dir, ignore_errors=True)
                     item.work_dir.mkdir(parents=True)
-                    units += [ReadUnit(n, target, source_of[n], s, item.frame_hw) for s in item.segments]
+                    fps = float(item.video.fps) if item.video is not None else 30.0
+                    units += [ReadUnit(n, target, source_of[n], s, item.frame_hw, fps) for s in item.segments]
                 else:
                     units.append(ReadUnit(n, target, source_of[n], None, item.frame_hw))
             except OSError as exc:
@@ -135,13 +137,16 @@ class GroupRun:
         total = sum(self.items[n].expected_frames for n in {u.item for u in units})
         largest = max(u.frame_hw[0] * u.frame_hw[1] * 3 for u in units)
         block_frames = max(1, min(pipeline.block_frames, int(pipeline.block_mb * 2**20 // max(largest, 1))))
+        # Videos are tracked in their read tasks (one per segment), with the detector's threads.
+        tracking = (TrackedRead(engine.in_ray_actor(False), sources.reference, pipeline.detect.cpu_budget)
+                    if engine.tracking.enabled and self.videos else None)
         # A dataset copies the DataContext when it is created: set it up first.
         with _data_context(pipeline):
             ds = ray.data.read_datasource(
-                FrameDatasource(units, block_frames), num_cpus=pipeline.read_num_cpus,
+                FrameDatasource(units, block_frames, tracking), num_cpus=pipeline.read_num_cpus,
                 compute=ray.data.TaskPoolStrategy(size=pipeline.read_tasks), override_num_blocks=len(units))
             ds = build_pipeline(ds, engine, pipeline, dict(sources.identities), reference=sources.reference,
-                                gpus_available=gpus_available, sink=self._sink())
+                                gpus_available=gpus_available, sink=self._sink(), tracked=tracking is not None)
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
                 self._on_batch(batch)
                 if progress is not None:

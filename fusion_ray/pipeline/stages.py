@@ -5,7 +5,8 @@ columns it consumes and produces, and the columns it retires (consumes for the l
 they leave the batch). Faces travel as a :class:`FaceBatch` in the per-row ``face_*`` columns
 (:data:`FACE_COLUMNS`); a stage that consumes faces and produces new ones replaces them.
 
-``DetectStage`` (CPU)   frame -> faces_detected, faces_selected, faces (swap crops)
+``DetectStage`` (CPU)   frame -> faces_detected, faces_selected, faces (swap crops); with tracking
+                        the read task brings each video frame's selected faces and it cuts their crops
 ``SwapStage`` (GPU)     faces (+ source_id) -> faces (swapped; one call for every face of the batch)
 ``PasteStage`` (CPU)    frame, faces -> frame, faces_swapped; with enhancement also the faces
                         re-cut for the enhancer, else the faces retire
@@ -24,6 +25,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import cv2
@@ -41,6 +43,8 @@ Batch = dict[str, Any]
 DEFAULT_SOURCE_ID = "default"
 FACE_INPUTS = FACE_COLUMNS
 """The face columns a cropped FaceBatch has."""
+READ_FACE_COLUMNS = FACE_COLUMNS[:4]
+"""The face columns before crops are cut (what a tracking read task fills)."""
 
 
 class StageInputError(ValueError):
@@ -123,24 +127,33 @@ def stack_frames(frames: list[np.ndarray]) -> np.ndarray:
 
 
 class DetectStage(Stage):
-    """CPU: detect, (embed for reference selection), select, and cut the swap crops.
+    """CPU: detect, (embed for reference selection,) select, and cut the swap crops.
 
     Optional per-row columns ``select_mode`` and ``face_index`` override the configured
     selection (``all``, ``largest`` or ``index``) for that row.
+
+    ``tracked=True``: the read tasks tracked the videos' faces (``FrameDatasource`` with
+    tracking): a row marked ``tracked`` brings its selected faces in the face columns and the
+    stage only cuts their crops; other rows (images) are detected here, so the detector is
+    loaded only when ``images`` says such rows may come.
     """
 
     name = "detect"
-    consumes = ("frame",)
+    consumes: tuple[str, ...] = ("frame",)
     produces = ("faces_detected", "faces_selected", *FACE_COLUMNS)
 
     def __init__(self, cfg: EngineConfig, *, cpu_budget: float | None = None,
-                 reference: Embedding | None = None) -> None:
-        components: list[Any] = ["detector"]
-        if cfg.selection.mode == "reference":
+                 reference: Embedding | None = None, tracked: bool = False, images: bool = True) -> None:
+        components: list[Any] = ["detector"] if not tracked or images else []
+        if components and cfg.selection.mode == "reference":
             if reference is None:
                 raise ValueError("reference selection needs the reference embedding")
             components.append("embedder")
         self.models = ModelSet.load(cfg, components, cpu_budget=cpu_budget)
+        self.tracked = tracked
+        if tracked:
+            self.consumes = ("frame", "tracked", "faces_found", *READ_FACE_COLUMNS)
+            self.retires = ("tracked", "faces_found")
         self.default = chain.Selection.of(cfg.selection, reference)
         self.layout = swap_layout(cfg)
         super().__init__(_threads(cpu_budget))
@@ -154,11 +167,35 @@ class DetectStage(Stage):
 
     def process(self, batch: Batch, errors: list[str]) -> Batch:
         n = num_rows(batch)
-        found = chain.detect_select_align(self.models.need_detector(), frames_of(batch), errors,
-                                          self._selections(batch, n), self.layout,
-                                          embedder=self.models.embedder, source_ids=source_ids_of(batch, n))
-        return {"faces_detected": found.faces_detected, "faces_selected": found.faces.counts(n),
-                **found.faces.to_columns(n)}
+        frames = frames_of(batch)
+        if self.tracked:
+            found = self._tracked(batch, frames, errors)
+        else:
+            found = chain.detect_select(self.models.need_detector(), frames, errors, self._selections(batch, n),
+                                        embedder=self.models.embedder, source_ids=source_ids_of(batch, n))
+        faces = chain.align(frames, found.faces, self.layout, errors, "detect")
+        return {"faces_detected": found.faces_detected, "faces_selected": faces.counts(n), **faces.to_columns(n)}
+
+    def _tracked(self, batch: Batch, frames: list[np.ndarray], errors: list[str]) -> chain.Detections:
+        """The read task's faces of tracked rows; the other rows (images) detected here."""
+        n = num_rows(batch)
+        tracked = np.asarray(batch["tracked"], bool)
+        ids = source_ids_of(batch, n)
+        faces = FaceBatch.from_columns(batch, ids)
+        faces = faces.take(np.flatnonzero(tracked[faces.frame_index]) if len(faces) else [])
+        detected = np.where(tracked, np.asarray(batch["faces_found"], np.int32), 0).astype(np.int32)
+        rows = np.flatnonzero(~tracked)
+        if len(rows):
+            sub_errors = [errors[r] for r in rows]
+            selections = self._selections(batch, n)
+            found = chain.detect_select(self.models.need_detector(), [frames[r] for r in rows], sub_errors,
+                                        [selections[r] for r in rows], embedder=self.models.embedder,
+                                        source_ids=[ids[r] for r in rows])
+            for k, r in enumerate(rows):
+                errors[r] = sub_errors[k]
+            detected[rows] = found.faces_detected
+            faces = FaceBatch.merge([faces, replace(found.faces, frame_index=rows[found.faces.frame_index])])
+        return chain.Detections(faces, detected)
 
 
 class SwapStage(Stage):

@@ -31,7 +31,10 @@ FPS = Fraction(30000, 1001)
 
 @pytest.fixture(scope="module")
 def engine_cfg(models_config):
-    return EngineConfig(models=models_config, runtime=RuntimeConfig(providers=["cpu"]))
+    # Per-frame detection (tracking off): these tests compare each frame with the engine's, and
+    # frames without a face must pass through (tracking would fill a gap of at most G frames).
+    # tests/pipeline/test_tracking_job.py runs jobs with tracking.
+    return EngineConfig(models=models_config, runtime=RuntimeConfig(providers=["cpu"]), tracking=False)
 
 
 @pytest.fixture(scope="module")

@@ -51,7 +51,8 @@ def test_the_json_report_has_every_field(tmp_path):
     assert saved["items"][0] == {"target": "cut.mp4", "output": "o.mp4", "kind": "video", "status": "done",
                                  "frames": 93, "frames_failed": 0, "faces_swapped": 0, "error": "",
                                  "frames_missing": 182, "missing_from_s": 3.17,
-                                 "warnings": ["cut.mp4 is truncated"]}
+                                 "warnings": ["cut.mp4 is truncated"], "det_full": 0, "det_roi": 0,
+                                 "faces_interpolated": 0, "tracks": 0}
 
 
 def test_a_failure_is_one_line_and_logged_below_warning(caplog):

@@ -130,3 +130,36 @@ def test_fused_stage_reports_the_pools_waiting_not_its_stages_work():
     assert 90 <= waited < 280  # the 0.1 s wait; counting the slow stage's 0.2 s would give 300+
     assert out[f"busy_ms_{FUSED_POOL}"].sum() >= out["busy_ms_slow"].sum() >= 190
     assert not out["idle_ms_quick"].any() and not out["idle_ms_slow"].any()
+
+
+def test_a_tracked_detect_stage_cuts_the_read_tasks_faces_and_detects_images(models_config, images_dir, frames):
+    """With tracking, a row marked ``tracked`` brings its faces (the read task's); an image row
+    (not tracked) is detected by the stage as without tracking. The read columns retire."""
+    from fusion_ray.core.facebatch import per_row
+    from fusion_ray.core.layout import align_crops, swap_layout
+    from fusion_ray.errors import FusionRayError
+
+    cfg = EngineConfig(models=models_config, runtime=CPU)
+    detector = Engine.load(cfg, cpu_budget=1).models.need_detector()
+    read_face = detector.detect(frames[0])[0]
+    moved = read_face.landmarks_5 + np.float32(3.0)  # not what the stage would detect: it must not detect
+    batch = {"frame": per_row([frames[0], frames[2]]), "tracked": np.asarray([True, False]),
+             "faces_found": np.asarray([2, 0], np.int32),
+             "face_bbox": per_row([read_face.bbox_xyxy[None], np.zeros((0, 4), np.float32)]),
+             "face_landmarks": per_row([moved[None], np.zeros((0, 5, 2), np.float32)]),
+             "face_score": per_row([np.asarray([0.9], np.float32), np.zeros(0, np.float32)]),
+             "face_track": per_row([np.asarray([4]), np.zeros(0, np.int64)])}
+    out = DetectStage(cfg, cpu_budget=1, tracked=True, images=True)(batch)
+    assert out["faces_detected"].tolist() == [2, 1] and out["faces_selected"].tolist() == [1, 1]
+    assert "tracked" not in out and "faces_found" not in out
+    layout = swap_layout(cfg)
+    assert np.array_equal(out["face_crop"][0], align_crops(frames[0], moved[None], layout)[0])
+    untracked = DetectStage(cfg, cpu_budget=1)({"frame": frames[2:]})
+    assert np.array_equal(out["face_crop"][1], untracked["face_crop"][0])
+    assert out["face_track"][0].tolist() == [4] and out["face_track"][1].tolist() == [-1]
+
+    video_only = DetectStage(cfg, cpu_budget=1, tracked=True, images=False)
+    assert video_only.models.detector is None  # a video-only job's detect stage loads no model
+    assert video_only({**batch, "tracked": np.asarray([True, True])})["faces_selected"].tolist() == [1, 0]
+    with pytest.raises(FusionRayError, match="without its detector"):
+        video_only(batch)
