@@ -49,6 +49,10 @@ class PipelineResult:
     steady_fps: float = 0.0
     """Frames/s between the first and the last processed batch (start-up costs excluded)."""
     memory: MemoryPeak | None = None
+    tracking: bool = False
+    """Whether the read tasks tracked faces (the serial loop always detects every frame)."""
+    tracking_counters: dict[str, int] = field(default_factory=dict)
+    """With tracking: full-frame and ROI detections, interpolated faces, tracks."""
 
     @property
     def fps(self) -> float:
@@ -65,6 +69,7 @@ class PipelineResult:
             "cluster_cpus": self.cluster_cpus, "cluster_gpus": self.cluster_gpus,
             "detector_canvas": self.detector_canvas, "pipeline_config": self.pipeline,
             "memory": self.memory.to_json() if self.memory else None,
+            "tracking": self.tracking, "tracking_counters": self.tracking_counters,
         }
 
 
@@ -116,7 +121,10 @@ def run_pipeline(video: Path, sources: Sequence[Path], cfg: JobConfig, *, work_d
         stand_in_models=list(report.stand_in_models), cluster_cpus=float(resources.get("CPU", 0.0)),
         cluster_gpus=float(resources.get("GPU", 0.0)), detector_canvas=cfg.engine.detector.canvas,
         pipeline=cfg.pipeline.model_dump(mode="json"), memory=sampler.result,
-        first_output_s=marks[0][0] - start if marks else 0.0, steady_fps=_steady_fps(marks))
+        first_output_s=marks[0][0] - start if marks else 0.0, steady_fps=_steady_fps(marks),
+        tracking=cfg.engine.tracking.enabled,
+        tracking_counters={"det_full": item.det_full, "det_roi": item.det_roi,
+                           "faces_interpolated": item.faces_interpolated, "tracks": item.tracks})
     output.unlink(missing_ok=True)
     if item.status != "done":
         raise FusionRayError(f"the pipeline did not finish {video}: {item.error or item.status}")

@@ -138,7 +138,10 @@ class BenchReport:
         if p is not None:
             startup = (f"Ray start-up {p.ray_startup_s:.2f} s included" if p.ray_started_here
                        else "Ray was already running: no start-up in this time")
-            out.append(f"| Ray Data pipeline ({startup}) | {p.detector_canvas} | {p.frames} | {p.wall_s:.2f} | "
+            tracking = ("tracking on: {det_full} full-frame / {det_roi} ROI detections, {faces_interpolated} "
+                        "interpolated faces".format(**p.tracking_counters) if p.tracking and p.tracking_counters
+                        else "tracking off: full detection on every frame")
+            out.append(f"| Ray Data pipeline ({startup}; {tracking}) | {p.detector_canvas} | {p.frames} | {p.wall_s:.2f} | "
                        f"{p.fps:.2f} | {p.first_output_s:.2f} | {p.steady_fps:.2f} | {p.faces_swapped} | "
                        f"{_mib(p.memory)} |")
         out += ["", "frames/s: frames / wall time, end to end (models loaded, Ray started, output joined with "
