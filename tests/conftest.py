@@ -10,6 +10,9 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# moto's S3 server fixtures: s3_server (session), s3_env, s3_bucket.
+pytest_plugins = ["tests.s3_server"]
+
 
 def _assets_dir() -> Path:
     override = os.environ.get("FUSION_RAY_TEST_ASSETS")

@@ -105,7 +105,7 @@ class Storage:
         from fusion_ray.storage.streams import buffered_reader
 
         file = self._call(loc, "read", lambda: self.filesystem(loc).open_input_file(loc.fs_path))
-        return buffered_reader(file, str(loc), self.config.read_ahead_bytes)
+        return buffered_reader(file, loc.fs_path, self.config.read_ahead_bytes)
 
     def read_bytes(self, location: LocationLike, max_bytes: int | None = None) -> bytes:
         """The whole content; StorageError when it is larger than ``max_bytes``."""

@@ -52,5 +52,10 @@ class CountingReader(io.RawIOBase):
 
 def buffered_reader(file: Any, name: str, buffer_size: int) -> io.BufferedReader:
     """``file`` (a pyarrow NativeFile) as a buffered, seekable binary file; its ``raw`` is the
-    CountingReader."""
+    CountingReader.
+
+    PyAV passes a file object's ``name`` to FFmpeg as its URL, so ``name`` must not be a URI:
+    an ``s3://`` name makes FFmpeg read like a network protocol (a whole packet per read; in
+    the seek test 2.7 times the bytes). Give the ``bucket/key`` path.
+    """
     return io.BufferedReader(CountingReader(file, name), buffer_size=buffer_size)
