@@ -23,6 +23,7 @@ import glob as globlib
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -31,7 +32,7 @@ from typing import IO, Any, TypeVar
 
 import pyarrow.fs as pafs
 
-from fusion_ray.fsutil import atomic_path, atomic_write_bytes
+from fusion_ray.fsutil import atomic_path, atomic_write_bytes, check_writable_dir
 from fusion_ray.storage.config import StorageConfig, make_filesystem
 from fusion_ray.storage.errors import (
     BucketNotFoundError,
@@ -106,6 +107,19 @@ class Storage:
 
         file = self._call(loc, "read", lambda: self.filesystem(loc).open_input_file(loc.fs_path))
         return buffered_reader(file, loc.fs_path, self.config.read_ahead_bytes)
+
+    @contextlib.contextmanager
+    def open_media(self, location: LocationLike) -> Iterator[str | IO[bytes]]:
+        """What ``av.open`` should get: a local file's path (FFmpeg's own file I/O), else
+        ``open_input``'s file, closed when the block ends (close the container inside it)."""
+        loc = parse_location(location)
+        if loc.is_local:
+            if not loc.path.is_file():
+                self._call(loc, "read", lambda: _open_local(loc.path).close())
+            yield loc.key
+            return
+        with self.open_input(loc) as file:
+            yield file
 
     def read_bytes(self, location: LocationLike, max_bytes: int | None = None) -> bytes:
         """The whole content; StorageError when it is larger than ``max_bytes``."""
@@ -221,6 +235,18 @@ class Storage:
             self.publish(spool, loc)
         finally:
             spool.unlink(missing_ok=True)
+
+    def check_writable(self, folder: LocationLike, what: str = "output root") -> None:
+        """StorageError (InputError) unless a new file can be created in ``folder``: a local
+        folder is probed as ``fsutil.check_writable_dir`` does; in a bucket an empty probe
+        object is written and deleted (a missing bucket or refused credentials fail here)."""
+        loc = parse_location(folder)
+        if loc.is_local:
+            check_writable_dir(loc.path, what)
+            return
+        probe = loc / f".fusion_ray_write_probe.{uuid.uuid4().hex[:12]}"
+        self.write_bytes_atomic(probe, b"")
+        self.remove(probe)
 
     def remove(self, location: LocationLike) -> None:
         """Delete a file or object; nothing when there is none."""

@@ -10,7 +10,16 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from fusion_ray.storage import Location, ObjectNotFoundError, Storage, StorageError
+from fusion_ray.errors import InputError
+from fusion_ray.storage import (
+    BucketNotFoundError,
+    Location,
+    ObjectNotFoundError,
+    Storage,
+    StorageAccessError,
+    StorageConfig,
+    StorageError,
+)
 from tests.s3_server import S3Server
 
 Root = tuple[Storage, Location]
@@ -195,3 +204,35 @@ def test_pyarrow_completes_an_upload_interrupted_by_an_exception(s3_server: S3Se
         stream.write(b"partial")
         raise RuntimeError("interrupted")
     assert storage.read_bytes(loc) == b"partial"
+
+
+def test_open_media_gives_pyav_a_path_or_a_ranged_file(store_root: Root, tmp_path: Path) -> None:
+    storage, root = store_root
+    storage.write_bytes_atomic(root / "v.bin", b"media")
+    with storage.open_media(root / "v.bin") as source:
+        if root.is_local:
+            assert source == str(root.path / "v.bin")
+        else:
+            assert not isinstance(source, str) and source.read() == b"media"
+            file = source
+    if not root.is_local:
+        assert file.closed
+    with pytest.raises(ObjectNotFoundError, match="no such file or object"), storage.open_media(root / "none.mp4"):
+        pass
+
+
+def test_check_writable(store_root: Root, s3_server: S3Server) -> None:
+    storage, root = store_root
+    if root.is_local:
+        root.path.mkdir()
+    storage.check_writable(root)
+    assert _listing(storage, root) == []  # the probe is gone
+    if root.is_local:
+        with pytest.raises(InputError, match="output root does not exist"):
+            storage.check_writable(root / "none")
+    else:
+        with pytest.raises(BucketNotFoundError):
+            storage.check_writable("s3://no-such-bucket-here/out")
+        bad = Storage(StorageConfig.from_env({**s3_server.env(), "AWS_SECRET_ACCESS_KEY": "wrong"}))
+        with pytest.raises(StorageAccessError):
+            bad.check_writable(root / "out")
