@@ -194,11 +194,8 @@ class LocalStages:
     def enhancer_crops(out: dict[str, Any]) -> np.ndarray:
         return out["faces"].crop  # type: ignore[no-any-return]
 
-    def metadata(self, models: dict[str, ModelInfo], enhance: bool) -> dict[str, str]:
-        """PNG/JPEG metadata of outputs: the :class:`Provenance` of the models used."""
-        return self.provenance(models, enhance).metadata()
-
     def provenance(self, models: dict[str, ModelInfo], enhance: bool) -> Provenance:
+        """The :class:`Provenance` of the models an output used (the enhancer's only with ``enhance``)."""
         names = {self.cfg.models.detector, self.cfg.models.embedder, self.cfg.models.swapper}
         if enhance:
             names.add(self.cfg.models.enhancer)

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 from fastapi.responses import JSONResponse, Response
 
-from fusion_ray.engine import ModelInfo
+from fusion_ray.core.provenance import Provenance
 from fusion_ray.imageio import LoadedImage, encode_image
 from fusion_ray.live.hub import LiveHub
 from fusion_ray.serve.auth import BearerAuth, metrics_public
@@ -127,8 +127,7 @@ class IngressCore:
         self.local = LocalStages(settings)
         self.live = LiveHub(settings.live, ServeStreamBackend(self), metrics=_Flushing(self.metrics))
         self.replica = uuid.uuid4().hex[:8]
-        self._models: dict[str, ModelInfo] | None = None
-        self._metadata: dict[bool, dict[str, str]] = {}
+        self._provenance: dict[bool, Provenance] = {}
 
     async def call(self, stage: str, make: Callable[[], Any]) -> Any:
         """One downstream call outside a request's timings (see :meth:`Downstream.call`)."""
@@ -186,19 +185,14 @@ class IngressCore:
                 raise ApiError(400, "client_disconnected", "the client closed the connection mid-body") from exc
 
     # ------------------------------------------------------------ models
-    async def models(self, t: Timings) -> dict[str, ModelInfo]:
-        """Model info of every deployment (fetched once; replicas load their models before serving)."""
-        if self._models is None:
-            self._models = await self.downstream.model_info(t)
-        return self._models
-
-    async def stand_ins(self, t: Timings, enhance: bool) -> list[str]:
-        return list(self.local.provenance(await self.models(t), enhance).stand_in_models)
-
-    async def metadata(self, t: Timings, enhance: bool) -> dict[str, str]:
-        if enhance not in self._metadata:
-            self._metadata[enhance] = self.local.metadata(await self.models(t), enhance)
-        return self._metadata[enhance]
+    async def provenance(self, t: Timings, enhance: bool) -> Provenance:
+        """What made this replica's outputs (with or without the enhancer), from every deployment's
+        model info, fetched once (replicas load their models before serving). It writes the
+        stand-in header, the image metadata and the stand-in lists of the responses."""
+        if enhance not in self._provenance:
+            models = await self.downstream.model_info(t)
+            self._provenance[enhance] = self.local.provenance(models, enhance)
+        return self._provenance[enhance]
 
     async def thread(self, t: Timings, stage: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         with t.timed(stage):
@@ -231,9 +225,11 @@ class IngressCore:
         parts, headers = sources_form(form, self.limits.max_pixels)
         identity = await self.identity_from_images(t, parts, headers)
         source_id = await self.downstream.put_source(t, identity)
-        stand_ins = await self.stand_ins(t, enhance=False)
-        body = SourceCreated(source_id=source_id, num_images=identity.num_images, stand_in_models=stand_ins)
-        extra = {STAND_IN_HEADER: ",".join(stand_ins)} if stand_ins else {}
+        made_by = await self.provenance(t, enhance=False)
+        body = SourceCreated(source_id=source_id, num_images=identity.num_images,
+                             stand_in_models=list(made_by.stand_in_models))
+        header = made_by.header_value()
+        extra = {STAND_IN_HEADER: header} if header else {}
         return JSONResponse(body.model_dump(), status_code=201, headers=extra)
 
     async def source(self, t: Timings, source_id: str) -> SourceIdentity:
@@ -266,12 +262,12 @@ class IngressCore:
                    FACES_SWAPPED_HEADER: str(found["faces_selected"])}
         if found["faces_selected"] == 0:
             return await self._unchanged(t, req, loaded, found, headers, mode, index)
-        stand_ins = await self.stand_ins(t, opts.enhance)
-        if stand_ins:
-            headers[STAND_IN_HEADER] = ",".join(stand_ins)
+        made_by = await self.provenance(t, opts.enhance)
+        if made_by.header_value():
+            headers[STAND_IN_HEADER] = made_by.header_value()  # type: ignore[assignment]
         frame = await self._swapped_frame(t, req, loaded, found, key, identity)
         data = await self.thread(t, "encode", encode_image, frame, SUFFIXES[opts.format], alpha=loaded.alpha,
-                                 metadata=await self.metadata(t, opts.enhance), jpeg_quality=opts.jpeg_quality)
+                                 metadata=made_by.metadata(), jpeg_quality=opts.jpeg_quality)
         headers["Server-Timing"] = t.server_timing()
         return Response(data, media_type=MEDIA_TYPES[opts.format], headers=headers)
 

@@ -52,7 +52,7 @@ class ServeStreamBackend:
             raise StreamRefused(CLOSE_POLICY, exc.code, exc.detail) from exc
         if start.enhance and self.core.downstream.enhancer is None:
             raise StreamRefused(CLOSE_UNSUPPORTED, "enhance_unavailable", "this service runs without the enhancer")
-        stand_ins = await self.core.stand_ins(t, start.enhance)
+        stand_ins = list((await self.core.provenance(t, start.enhance)).stand_in_models)
         return ServeStreamProcessor(self.core, identity, start, stand_ins)
 
 
