@@ -46,8 +46,8 @@ K8S_CHANGES = (
 # The standard AWS variables object storage is configured from (issue 12); AWS_DEFAULT_REGION
 # repeats AWS_REGION for SDKs that read only that name.
 AWS_VARIABLES = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_DEFAULT_REGION",
-                 "AWS_ENDPOINT_URL"}
-AWS_OPTIONAL = {"AWS_ENDPOINT_URL"}
+                 "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"}
+AWS_OPTIONAL = {"AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"}
 
 
 def _load(name: str) -> dict[str, Any]:
