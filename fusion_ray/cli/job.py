@@ -10,6 +10,7 @@ from pathlib import Path
 from fusion_ray.cli.common import add_engine_arguments, engine_config_from_args
 from fusion_ray.cli.video import ProgressPrinter, add_pipeline_arguments, job_config, print_summary
 from fusion_ray.errors import InputError
+from fusion_ray.fsutil import check_writable_dir
 
 REPORT_NAME = "fusion_ray_report.json"
 
@@ -40,8 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     root = args.output_root
-    if not root.is_dir():
-        raise InputError(f"output root is not a folder: {root}")
+    check_writable_dir(root, "output root")  # before any work: a read-only root would fail every item
     if args.manifest and (args.source_pattern or args.target_pattern):
         raise InputError("give either --manifest or the patterns, not both")
     if args.manifest:
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = job_config(args, engine_config_from_args(args))
     report_path = args.report or root / REPORT_NAME
     print(f"{len(items)} item(s); outputs under {root.resolve()}", file=sys.stderr)
-    plan = plan_job(items, cfg, output_root=root, force=args.force)  # before Ray: bad items fail at once
+    plan = plan_job(items, cfg, output_root=root, force=args.force)  # before Ray: bad items and models fail at once
     if plan.runs:
         connect(args.address)
     report = run_plan(plan, progress=ProgressPrinter(), report_path=report_path)

@@ -21,7 +21,8 @@ Failures are per item, and a failed item leaves no output (so a re-run retries i
   swapped: the video is ``failed`` and not written. Otherwise it is ``done`` and its
   ``error`` says how many frames failed (with the first frame's message);
 - an item that cannot be read or planned (corrupt, missing, a video output not named .mp4,
-  .m4v or .mov) is ``failed``;
+  .m4v or .mov, an output that is one of its inputs, a frame size the encoder refuses) is
+  ``failed``;
 - a truncated video (its container declares more frames than the file holds) is ``failed``,
   unless the job config allows truncated videos: then it is ``done`` with a warning, and its
   ``frames_missing`` and ``missing_from_s`` say what was lost;

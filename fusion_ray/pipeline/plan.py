@@ -3,12 +3,15 @@
 Per item the plan says what it is (an image or a video), what the read tasks decode (a video's
 keyframe segments, an image's size from its header), how many frames the pipeline delivers,
 and whether the item runs, is skipped (its output exists and ``force`` is off) or has already
-failed: a target that is missing or cannot be read, an output outside the output root, a video
-output not named .mp4/.m4v/.mov, a truncated video (unless ``allow_truncated``), engine options
-that are not a valid config, a model of its group that is missing or corrupt. Items with the
-same engine options form a group, run as one pipeline. Reading headers, demuxing packets and
-locating model files is all the planner does with the files; it creates no folder and writes
-nothing.
+failed: a target that is missing or cannot be read, an output outside the output root or that
+is one of its inputs (through links, even with ``force``), a video output not named
+.mp4/.m4v/.mov, a frame size the encoder refuses, a truncated video (unless
+``allow_truncated``), engine options that are not a valid config, a model of its group that is
+missing or corrupt. Items with the same engine options form a group, run as one pipeline.
+What a runnable item will change is a warning: a variable frame rate (the output keeps the
+timestamps), an image's format change (16-bit written as 8-bit, alpha dropped). Reading headers,
+demuxing packets and locating model files is all the planner does with the files (an image
+is decoded only when its header says it may change); it creates no folder and writes nothing.
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ from typing import Any
 from fusion_ray.config import EngineConfig, parse_config
 from fusion_ray.core.modelset import inspect_models
 from fusion_ray.errors import ConfigError, FusionRayError, InputError, VideoError, describe_error
-from fusion_ray.imageheader import UnsupportedImageError, check_image_header
-from fusion_ray.imageio import DEFAULT_MAX_PIXELS, read_image
+from fusion_ray.fsutil import check_not_an_input
+from fusion_ray.imageheader import ImageHeader, UnsupportedImageError, check_image_header
+from fusion_ray.imageio import DEFAULT_MAX_PIXELS, decode_image, format_changes
 from fusion_ray.pipeline.config import JobConfig
 from fusion_ray.pipeline.report import ItemKind, ItemResult, ItemStatus, typed_error
-from fusion_ray.video.encode import check_video_output
+from fusion_ray.video.encode import check_encodable, check_video_output
 from fusion_ray.video.probe import VideoInfo, is_video_file, probe
 from fusion_ray.video.segments import Segment, Shortfall, find_shortfall, index_packets, segments_of
 from fusion_ray.video.timing import FrameTimes
@@ -75,9 +79,11 @@ class ItemPlan:
     """What a truncated video lacks."""
     frame_times: FrameTimes | None = None
     """A video's frame timestamps: the output keeps them (a variable frame rate, a gap)."""
+    format_changes: tuple[str, ...] = ()
+    """What writing an image item changes (:func:`fusion_ray.imageio.format_changes`)."""
     warnings: tuple[str, ...] = ()
     """What a runnable item will lose or change (a truncated video's missing frames, a
-    variable frame rate)."""
+    variable frame rate, an image's format changes)."""
 
     @property
     def runs(self) -> bool:
@@ -162,6 +168,7 @@ def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Path | None
     plan = ItemPlan(n, item, item.output.expanduser().resolve())
     try:
         plan = dataclasses.replace(plan, output=confine(item.output, output_root))
+        check_not_an_input(item.output, _inputs(item, cfg), what="output")  # even with force
         if plan.output.exists() and not force:
             return dataclasses.replace(plan, status=ItemStatus.SKIPPED)
         if not item.target.is_file():
@@ -171,7 +178,7 @@ def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Path | None
             check_video_output(plan.output)  # before any work: the output would be MP4 under another name
             return _plan_video(plan, cfg)
         plan = dataclasses.replace(plan, kind=ItemKind.IMAGE)
-        return dataclasses.replace(plan, frame_hw=image_hw(item.target))
+        return _plan_image(plan)
     except (FusionRayError, OSError) as exc:
         error = describe_error(exc)
         log.info("%s: %s", item.target, error)  # the item's error: the CLI prints it once
@@ -179,10 +186,18 @@ def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Path | None
                                    cause=exc if isinstance(exc, FusionRayError) else None)
 
 
+def _inputs(item: JobItem, cfg: JobConfig) -> list[tuple[str, Path]]:
+    """Every file the item is made from, with what names it."""
+    inputs = [("target", item.target), *(("source", s) for s in item.sources)]
+    reference = cfg.engine.selection.reference_path
+    return [*inputs, ("reference", reference)] if reference is not None else inputs
+
+
 def _plan_video(plan: ItemPlan, cfg: JobConfig) -> ItemPlan:
     """Probe the video, split its packets into segments, and compare them with what it declares."""
     target = plan.item.target
     info = probe(target)
+    check_encodable(info.width, info.height, cfg.pipeline.encode_options)  # e.g. an odd size as yuv420p
     index = index_packets(target)
     segments = tuple(segments_of(index, cfg.pipeline.segment_seconds, target))
     shortfall = find_shortfall(info, index)
@@ -199,19 +214,42 @@ def _plan_video(plan: ItemPlan, cfg: JobConfig) -> ItemPlan:
     return dataclasses.replace(plan, warnings=(f"{target}: {note}",)) if note else plan
 
 
-def image_hw(path: Path) -> tuple[int, int]:
-    """An image's (height, width) from its header; formats the header reader does not know
-    (TIFF, GIF, ...) are decoded. InputError when it is not a readable image or too large."""
+def _plan_image(plan: ItemPlan) -> ItemPlan:
+    """An image's size and format changes. Its size comes from its header; formats the header
+    reader does not know (TIFF, GIF, ...), and images whose header says they may have more
+    than 8 bits or an alpha channel, are decoded. InputError when it is not a readable image
+    or too large."""
+    path = plan.item.target
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
     try:
-        header = check_image_header(data, str(path), DEFAULT_MAX_PIXELS)
+        header: ImageHeader | None = check_image_header(data, str(path), DEFAULT_MAX_PIXELS)
     except UnsupportedImageError:
-        height, width = read_image(path).frame.shape[:2]
-        return int(height), int(width)
-    return header.height, header.width
+        header = None
+    if header is not None and not _may_change(header, data):
+        return dataclasses.replace(plan, frame_hw=(header.height, header.width))
+    loaded = decode_image(data, str(path), DEFAULT_MAX_PIXELS)
+    height, width = loaded.frame.shape[:2]
+    changes = tuple(format_changes(loaded, plan.output.suffix))
+    return dataclasses.replace(plan, frame_hw=(int(height), int(width)), format_changes=changes,
+                               warnings=tuple(f"{path}: {change}" for change in changes))
+
+
+def _may_change(header: ImageHeader, data: bytes) -> bool:
+    """Whether an image may lose something when written as 8-bit BGR (more than 8 bits per
+    sample, an alpha channel); False only where its header rules that out."""
+    if header.format == "jpeg":
+        return False
+    if header.format == "webp":
+        return header.mode not in ("RGB", "L")
+    if header.format == "png" and len(data) > 25:
+        bit_depth, colour_type = data[24], data[25]  # from IHDR, the first chunk
+        idat = data.find(b"IDAT")
+        has_trns = data.find(b"tRNS", 0, idat if idat >= 0 else len(data)) >= 0
+        return bit_depth > 8 or colour_type in (4, 6) or has_trns
+    return True
 
 
 def with_overrides(cfg: JobConfig, options: str) -> JobConfig:

@@ -22,6 +22,7 @@ import ray
 
 from fusion_ray.core.provenance import Provenance
 from fusion_ray.image import load_reference
+from fusion_ray.imageio import FORMAT_CHANGES_KEY
 from fusion_ray.pipeline.build import Sink, build_pipeline
 from fusion_ray.pipeline.config import FUSED_POOL, JobConfig, PipelineConfig
 from fusion_ray.pipeline.datasource import FrameDatasource, ReadUnit
@@ -123,7 +124,7 @@ class GroupRun:
 
     def _sink(self) -> Sink:
         segments = {(n, s.index): (s.start_frame, s.frame_count) for n, v in self.videos.items() for s in v.segments}
-        images = {n: ImageTarget(str(p.output), self.metadata)
+        images = {n: ImageTarget(str(p.output), _image_metadata(self.metadata, p))
                   for n, p in self.items.items() if p.kind is ItemKind.IMAGE}
         return Sink(self.writers, segments, images)
 
@@ -192,6 +193,13 @@ class GroupRun:
                 result.fail(f"incomplete: {self.tracker.progress(n)}")
             else:
                 result.fail("incomplete: the image did not come back from the pipeline")
+
+
+def _image_metadata(metadata: Mapping[str, str], item: ItemPlan) -> dict[str, str]:
+    """An image output's metadata: the provenance, and what writing it changed (as the image command)."""
+    if not item.format_changes:
+        return dict(metadata)
+    return {**metadata, FORMAT_CHANGES_KEY: "; ".join(item.format_changes)}
 
 
 @contextlib.contextmanager

@@ -9,12 +9,13 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from PIL import Image
 
 from fusion_ray.cli import main
 from fusion_ray.config import EngineConfig, RuntimeConfig
 from fusion_ray.engine import Engine
 from fusion_ray.errors import ConfigError
-from fusion_ray.imageio import read_image
+from fusion_ray.imageio import FORMAT_CHANGES_KEY, read_image
 from fusion_ray.ops.align import align_face
 from fusion_ray.ops.paste import crop_roi
 from fusion_ray.pipeline.config import JobConfig, PipelineConfig, StageResources
@@ -271,10 +272,11 @@ def test_truncated_and_edit_list_videos_and_an_alpha_image(media, images_dir, st
     bgra = cv2.cvtColor(cv2.resize(obama, (200, 240)), cv2.COLOR_BGR2BGRA)
     bgra[..., 3] = np.linspace(0, 255, 200, dtype=np.uint8)[None, :]
     cv2.imwrite(str(tmp_path / "alpha.png"), bgra)
+    cv2.imwrite(str(tmp_path / "deep.png"), cv2.resize(obama, (200, 240)).astype(np.uint16) * 257)
     out = tmp_path / "out"
     out.mkdir()
     (tmp_path / "m.csv").write_text("source,target,output\n" + "".join(
-        f"{media['source']},{t},{t.name}\n" for t in (cut, edit, tmp_path / "alpha.png")))
+        f"{media['source']},{t},{t.name}\n" for t in (cut, edit, tmp_path / "alpha.png", tmp_path / "deep.png")))
     code = main(["job", "--manifest", str(tmp_path / "m.csv"), "--output-root", str(out), "--allow-truncated",
                  "--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu",
                  "--no-progress-bars"])
@@ -292,6 +294,11 @@ def test_truncated_and_edit_list_videos_and_an_alpha_image(media, images_dir, st
     written = cv2.imread(str(out / "alpha.png"), cv2.IMREAD_UNCHANGED)
     assert saved["alpha.png"]["status"] == "done" and written.shape == (240, 200, 4)
     assert np.array_equal(written[..., 3], bgra[..., 3])  # the alpha that came with the item
+    assert not saved["alpha.png"]["warnings"]  # a PNG keeps it
+    deep = f"{tmp_path / 'deep.png'}: 16-bit image written as 8-bit"
+    assert saved["deep.png"]["status"] == "done" and saved["deep.png"]["warnings"] == [deep]
+    assert err.count("16-bit image written as 8-bit") == 1
+    assert Image.open(out / "deep.png").info[FORMAT_CHANGES_KEY] == "16-bit image written as 8-bit"
 
 
 def test_a_truncated_video_fails_without_the_flag_and_writes_nothing(images_dir, standin_dir, scrfd_path, tmp_path,

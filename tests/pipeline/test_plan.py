@@ -12,7 +12,7 @@ from fusion_ray.config import EngineConfig
 from fusion_ray.pipeline.config import JobConfig, PipelineConfig
 from fusion_ray.pipeline.plan import JobItem, plan_job
 from fusion_ray.pipeline.report import ItemKind, ItemStatus
-from fusion_ray.video import make_corrupt_video, make_test_video
+from fusion_ray.video import EncodeOptions, make_corrupt_video, make_test_video
 from fusion_ray.video.synthetic import make_edit_list_video, make_truncated_video
 
 CLIP = {"face_image": None, "fps": Fraction(25), "size_wh": (96, 64), "audio": False, "gop": 10}
@@ -160,6 +160,47 @@ def test_allow_truncated_is_an_option_of_both_commands():
         assert job_config(args, engine_config_from_args(args)).allow_truncated
         args = build_parser().parse_args(command)
         assert not job_config(args, engine_config_from_args(args)).allow_truncated
+
+
+def test_an_output_that_is_one_of_its_inputs_fails_at_planning(files, cfg, tmp_path):
+    """Even with force, and through a link: the item fails with both names, the others run."""
+    root = files["root"]
+    (tmp_path / "link.mp4").symlink_to(files["clip"])
+    items = [JobItem((root / "photo.png",), files["clip"], tmp_path / "link.mp4"),
+             JobItem((root / "photo.png",), root / "photo.tif", root / "photo.png"),
+             JobItem((root / "photo.png",), root / "photo.tif", tmp_path / "fine.png")]
+    plan = plan_job(items, cfg, force=True)
+    assert [p.status for p in plan.items] == [ItemStatus.FAILED, ItemStatus.FAILED, ItemStatus.PENDING]
+    assert plan.items[0].error == (f"output {tmp_path / 'link.mp4'} is the same file as target {files['clip']}: "
+                                   "refusing to overwrite an input")
+    assert plan.items[1].error == (f"output {root / 'photo.png'} is the same file as source {root / 'photo.png'}: "
+                                   "refusing to overwrite an input")
+    assert plan_job(items[:1], cfg).items[0].status is ItemStatus.FAILED  # not skipped as already done
+
+
+def test_a_frame_size_the_encoder_refuses_fails_at_planning(tmp_path, cfg):
+    odd = make_test_video(tmp_path / "odd.mp4", n_frames=3, **{**CLIP, "size_wh": (65, 47)})
+    yuv420 = cfg.pipeline.model_copy(update={"encode_options": EncodeOptions(pix_fmt="yuv420p")})
+    items = [JobItem((), odd, tmp_path / "o.mp4")]
+    refused = plan_job(items, cfg.model_copy(update={"pipeline": yuv420})).items[0]
+    assert refused.status is ItemStatus.FAILED
+    assert refused.error.startswith("cannot encode 65x47 frames as yuv420p with libx264")
+    assert plan_job(items, cfg).items[0].runs  # auto: 4:4:4 for an odd size
+
+
+def test_format_changes_of_images_are_warnings(tmp_path, cfg):
+    cv2.imwrite(str(tmp_path / "deep.png"), np.full((20, 30, 3), 40000, np.uint16))
+    cv2.imwrite(str(tmp_path / "alpha.png"), np.full((20, 30, 4), 200, np.uint8))
+    cv2.imwrite(str(tmp_path / "plain.png"), np.full((20, 30, 3), 90, np.uint8))
+    cv2.imwrite(str(tmp_path / "plain.jpg"), np.full((20, 30, 3), 90, np.uint8))
+    pairs = [("deep.png", "o-deep.png"), ("alpha.png", "o-alpha.jpg"), ("alpha.png", "o-alpha.png"),
+             ("plain.png", "o-plain.jpg"), ("plain.jpg", "o-plain.png")]
+    plans = plan_job([JobItem((), tmp_path / t, tmp_path / o) for t, o in pairs], cfg).items
+    assert all(p.runs for p in plans)
+    assert [p.format_changes for p in plans] == [
+        ("16-bit image written as 8-bit",), ("alpha channel dropped: .jpg has none",), (), (), ()]
+    assert plans[0].result().warnings == [f"{tmp_path / 'deep.png'}: 16-bit image written as 8-bit"]
+    assert plans[0].frame_hw == (20, 30)
 
 
 def test_a_missing_or_corrupt_model_fails_its_group_at_planning(files, cfg, tmp_path, standin_dir):
