@@ -7,16 +7,12 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from fusion_ray.cli.common import add_engine_arguments, engine_config_from_args
 from fusion_ray.cli.video import add_pipeline_arguments, run_video_swap
 from fusion_ray.config import EngineConfig
 from fusion_ray.errors import InputError, OutputExistsError
 from fusion_ray.fsutil import check_not_an_input, check_writable_dir
-
-if TYPE_CHECKING:
-    from fusion_ray.video.probe import VideoInfo
 
 log = logging.getLogger(__name__)
 
@@ -48,24 +44,16 @@ def _inputs(args: argparse.Namespace, cfg: EngineConfig) -> list[tuple[str, Path
     return inputs
 
 
-def check_video_swap(args: argparse.Namespace) -> VideoInfo:
-    """What can be refused on the driver, before Ray starts: the output, then the video's probe.
-
-    A variable frame rate is the job planner's warning (the output keeps the source's frame
-    timestamps; the report records it).
-    """
-    from fusion_ray.pipeline.config import load_job_config
-    from fusion_ray.video.encode import check_encodable, check_video_output
-    from fusion_ray.video.probe import probe
+def check_video_swap(args: argparse.Namespace) -> None:
+    """The video output, refused on the driver before any work: its suffix, an existing file
+    (without --force), a folder that cannot be written. The video itself (a probe, a size the
+    encoder refuses, truncation, a variable frame rate) and the models are the job planner's."""
+    from fusion_ray.video.encode import check_video_output
 
     check_video_output(args.output)
     if args.output.exists() and not args.force:
         raise OutputExistsError(f"output exists: {args.output} (use --force to overwrite)")
     check_writable_dir(args.output.parent)
-    info = probe(args.target)  # an empty, corrupt or unreadable video is refused here
-    encode_options = load_job_config(args.pipeline_config).pipeline.encode_options
-    check_encodable(info.width, info.height, encode_options)  # e.g. odd sizes as yuv420p
-    return info
 
 
 def _check_images(paths: list[Path]) -> None:

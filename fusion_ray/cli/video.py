@@ -90,30 +90,23 @@ def job_config(args: argparse.Namespace, engine: EngineConfig):  # type: ignore[
 
 
 def run_video_swap(args: argparse.Namespace, engine: EngineConfig) -> int:
-    """``fusion-ray swap --target VIDEO``: a one-item Ray Data job, planned before Ray starts
-    (a video that cannot be read or is truncated, or missing or corrupt models, fail at once
-    with their planning error)."""
+    """``fusion-ray swap --target VIDEO``: a one-item Ray Data job, planned before Ray starts:
+    a video that cannot be read or encoded, is truncated, or whose models are missing or
+    corrupt fails at once with its planning error (the swap command checked the output)."""
     from fusion_ray.pipeline.job import JobItem, plan_job, run_plan
     from fusion_ray.pipeline.runtime import connect
-    from fusion_ray.video.encode import check_video_output
 
     started = time.monotonic()
     cfg = job_config(args, engine)
-    output = args.output
-    check_video_output(output)
-    if output.exists() and not args.force:
-        raise FusionRayError(f"output exists: {output} (use --force to overwrite)")
-    plan = plan_job([JobItem(tuple(args.source), args.target, output)], cfg, force=args.force)
+    plan = plan_job([JobItem(tuple(args.source), args.target, args.output)], cfg, force=args.force)
     planned = plan.items[0]
     if not planned.runs:
         raise planned.cause or InputError(planned.error or f"{args.target}: {planned.status}")
     connect(args.address)
-    report_path = args.report
-    report = run_plan(plan, progress=ProgressPrinter(), report_path=report_path)
-    wall = time.monotonic() - started
-    print_summary(report, wall, report_path, list_failures=False)
+    report = run_plan(plan, progress=ProgressPrinter(), report_path=args.report)
+    print_summary(report, time.monotonic() - started, args.report, list_failures=False)
     item = report.items[0]
     if item.status != "done":
         raise FusionRayError(f"{args.target}: {item.error or item.status}")  # its error, printed once
-    print(f"wrote {output}", file=sys.stderr)
+    print(f"wrote {args.output}", file=sys.stderr)
     return 0
