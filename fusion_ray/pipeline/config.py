@@ -62,7 +62,10 @@ class PipelineConfig(_Config):
     fuse: Literal["auto", "always", "never"] = Field(
         default="auto", description="Run the whole chain in one CPU actor pool (sized by 'detect'): "
         "'auto' fuses when the cluster has no GPU.")
-    writers: int = Field(default=1, ge=1, description="Segment writer actors (each encodes several segments).")
+    writers: int = Field(
+        default=4, ge=1, description="At most this many segment writer actors (each encodes the segments "
+        "routed to it): a group starts one per segment it decodes at once (read_tasks), no more than its "
+        "video segments, and none for images only.")
     writer_num_cpus: float = Field(default=0.1, gt=0.0)
     encode_options: EncodeOptions = EncodeOptions()
     actor_start_timeout_s: int = Field(
@@ -82,6 +85,11 @@ class PipelineConfig(_Config):
         """Whether the chain runs fused in one CPU pool (``fuse: auto`` fuses when there is no GPU)."""
         return self.fuse == "always" or (self.fuse == "auto" and not gpus_available)
 
+    def writers_for(self, video_segments: int) -> int:
+        """Segment writers for a group with ``video_segments`` segments: the encode load is the
+        segments in flight, which the decode-ahead (``read_tasks``) bounds; at most ``writers``."""
+        return min(self.writers, self.read_tasks, video_segments)
+
     def reserved_cpus(self, enhance: bool, gpus_available: bool) -> float:
         """Logical CPUs the actor pools hold at their minimum size (GPU stages hold CPUs too)."""
         stages = [self.detect]
@@ -89,7 +97,8 @@ class PipelineConfig(_Config):
             stages += [self.swap, self.paste, self.encode]
             if enhance:
                 stages += [self.enhance, self.paste_enhanced]
-        return sum(s.num_cpus * s.min_actors for s in stages) + self.writers * self.writer_num_cpus
+        writers = self.writers_for(self.read_tasks)  # at most
+        return sum(s.num_cpus * s.min_actors for s in stages) + writers * self.writer_num_cpus
 
     def check_fits(self, cluster_cpus: float, *, enhance: bool, gpus_available: bool,
                    cluster_gpus: float | None = None) -> None:

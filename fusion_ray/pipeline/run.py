@@ -119,8 +119,9 @@ class GroupRun:
         targets = {n: VideoTarget(v.video.fps, v.video.width, v.video.height, str(v.work_dir))
                    for n, v in self.videos.items() if v.video is not None}
         writer_cls = ray.remote(SegmentWriter).options(num_cpus=pipeline.writer_num_cpus)
+        count = pipeline.writers_for(sum(len(v.segments) for v in self.videos.values()))  # none for images
         self.writers += [writer_cls.remote(targets, pipeline.encode_options)  # type: ignore[attr-defined]
-                         for _ in range(pipeline.writers)]
+                         for _ in range(count)]
 
     def _sink(self) -> Sink:
         segments = {(n, s.index): (s.start_frame, s.frame_count) for n, v in self.videos.items() for s in v.segments}

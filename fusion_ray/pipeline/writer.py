@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -170,8 +169,9 @@ class SegmentWriter:
 
 
 def writer_for(key: SegmentKey, count: int) -> int:
-    """The writer that owns a segment: stable across processes (not Python's salted hash)."""
-    return zlib.crc32(f"{key[0]}:{key[1]}".encode()) % count
+    """The writer that owns a segment, the same in every process: consecutive segments of a video
+    (decoded at once) and the single segments of consecutive videos go to different writers."""
+    return (key[0] + key[1]) % count
 
 
 class EncodeStage(Stage):

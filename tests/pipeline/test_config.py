@@ -54,3 +54,12 @@ def test_gpu_pools_that_cannot_start_are_refused():
     # gpus: always waits for the autoscaler instead
     always = pipeline.model_copy(update={"gpus": "always"})
     always.check_fits(16.0, enhance=True, gpus_available=True, cluster_gpus=0.0)
+
+
+def test_segment_writers_follow_the_segments_in_flight():
+    """One writer per segment decoded at once (read_tasks), capped by `writers`, none for images."""
+    pipeline = PipelineConfig(read_tasks=3, writers=4)
+    assert [pipeline.writers_for(n) for n in (0, 1, 2, 3, 10)] == [0, 1, 2, 3, 3]
+    assert PipelineConfig(read_tasks=16, writers=4).writers_for(100) == 4
+    # the CPUs the job reserves count the writers it can start
+    assert PipelineConfig(read_tasks=1, writers=4, writer_num_cpus=0.5).reserved_cpus(False, False) == 0.8 + 0.5

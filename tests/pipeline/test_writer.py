@@ -64,6 +64,9 @@ def test_incomplete_segment_cannot_finish_and_abort_cleans_up(tmp_path):
 def test_writer_choice_is_stable():
     assert writer_for((3, 7), 4) == writer_for((3, 7), 4)
     assert {writer_for((0, s), 3) for s in range(30)} == {0, 1, 2}
+    # segments in flight at once (consecutive ones of a video, or one-segment videos) are spread
+    assert [writer_for((0, s), 2) for s in range(4)] == [0, 1, 0, 1]
+    assert [writer_for((n, 0), 3) for n in range(3)] == [0, 1, 2]
 
 
 def _image_batch(frames, errors, alphas=None, read_failed=None):
