@@ -69,3 +69,14 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     if getattr(args, "tracking", None) is False:
         data["tracking"]["enabled"] = False
     return parse_config(data, EngineConfig, source="options")
+
+
+def connect_ray(address: str | None) -> None:
+    """Join ``address``, or start a local Ray watched by :mod:`fusion_ray.cli.reaper` (a
+    ``kill -9`` of this command must not leave the local Ray's processes behind)."""
+    from fusion_ray.cli import reaper
+    from fusion_ray.pipeline.runtime import connect
+
+    if address is None:
+        reaper.start()
+    connect(address)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import sys
 import time
@@ -66,19 +67,64 @@ def _signal_all(procs: set[Proc], signum: int) -> None:
                 os.kill(proc[0], signum)
 
 
+_SESSION = re.compile(r"session_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+_\d+")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def sessions(procs: set[Proc]) -> set[str]:
+    """The Ray session names on these processes' command lines (GCS, raylet, starting workers)."""
+    return {m.group(0) for pid, _ in procs for m in _SESSION.finditer(_cmdline(pid))}
+
+
+def of_sessions(names: set[str]) -> set[Proc]:
+    """Live processes whose command line names one of the sessions: a worker the raylet started
+    after the last poll has its session on its command line until it renames itself."""
+    found: set[Proc] = set()
+    if not names:
+        return found
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and any(name in _cmdline(int(entry.name)) for name in names):
+            stat = _stat(int(entry.name))
+            if stat is not None:
+                found.add((int(entry.name), stat[1]))
+    return found
+
+
 def watch(driver: int) -> None:
-    """Record ``driver``'s descendants until it exits, then end the ones still alive."""
+    """Record ``driver``'s descendants (and its Ray sessions) until it exits, then end the ones
+    still alive, and any process of those sessions started since the last look."""
     me = os.getpid()
     known: set[Proc] = set()
+    names: set[str] = set()
     start = _stat(driver)
     while start is not None and _alive((driver, start[1])):
-        known |= {p for p in descendants(driver) if p[0] != me}
+        new = {p for p in descendants(driver) if p[0] != me} - known
+        known |= new
+        names |= sessions(new)
         time.sleep(POLL_S)
+    known |= {p for p in of_sessions(names) if p[0] != me}
     _signal_all(known, signal.SIGTERM)
     deadline = time.monotonic() + GRACE_S
     while any(_alive(p) for p in known) and time.monotonic() < deadline:
         time.sleep(0.1)
+    known |= {p for p in of_sessions(names) if p[0] != me}  # started while the others stopped
     _signal_all(known, signal.SIGKILL)
+
+
+def start() -> None:
+    """Start the reaper for this process, in its own session (Ctrl-C in the terminal does not
+    reach it; it exits once this process and the Ray it started are gone)."""
+    import subprocess
+
+    subprocess.Popen([sys.executable, "-m", "fusion_ray.cli.reaper", str(os.getpid())],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True)
 
 
 def main(argv: list[str]) -> int:

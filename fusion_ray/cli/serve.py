@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
@@ -13,6 +12,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from fusion_ray.cli import reaper
 from fusion_ray.cli.common import parse_model_paths
 from fusion_ray.errors import ConfigError
 
@@ -85,16 +85,6 @@ def app_args_from_cli(args: argparse.Namespace) -> tuple[dict[str, Any], dict[st
     return settings.model_dump(mode="json"), app, config
 
 
-def start_reaper() -> None:
-    """Start :mod:`fusion_ray.cli.reaper` for this process, in its own session (Ctrl-C in the
-    terminal does not reach it; it exits once this process and the Ray it started are gone)."""
-    import subprocess
-
-    subprocess.Popen([sys.executable, "-m", "fusion_ray.cli.reaper", str(os.getpid())],
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True)
-
-
 class _Stop(Exception):
     """SIGTERM: stop as Ctrl-C does."""
 
@@ -122,7 +112,7 @@ def run_serve(args: argparse.Namespace) -> int:
     started = not ray.is_initialized()
     if started:
         if args.address is None:
-            start_reaper()  # a kill -9 of this process must not orphan the local Ray's agents
+            reaper.start()  # a kill -9 of this process must not orphan the local Ray's agents
         ray.init(address=args.address, include_dashboard=False)
     # After ray.init, which installs its own SIGTERM handler (sys.exit): SIGTERM now takes the
     # same path as Ctrl-C, so Serve and the local Ray it started are shut down in order.

@@ -93,8 +93,8 @@ def run_video_swap(args: argparse.Namespace, engine: EngineConfig) -> int:
     """``fusion-ray swap --target VIDEO``: a one-item Ray Data job, planned before Ray starts:
     a video that cannot be read or encoded, is truncated, or whose models are missing or
     corrupt fails at once with its planning error (the swap command checked the output)."""
+    from fusion_ray.cli.common import connect_ray
     from fusion_ray.pipeline.job import JobItem, plan_job, run_plan
-    from fusion_ray.pipeline.runtime import connect
 
     started = time.monotonic()
     cfg = job_config(args, engine)
@@ -102,7 +102,7 @@ def run_video_swap(args: argparse.Namespace, engine: EngineConfig) -> int:
     planned = plan.items[0]
     if not planned.runs:
         raise planned.cause or InputError(planned.error or f"{args.target}: {planned.status}")
-    connect(args.address)
+    connect_ray(args.address)
     report = run_plan(plan, progress=ProgressPrinter(), report_path=args.report)
     print_summary(report, time.monotonic() - started, args.report, list_failures=False)
     item = report.items[0]

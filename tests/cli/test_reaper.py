@@ -1,0 +1,77 @@
+"""A ``kill -9`` of a command that started a local Ray leaves no Ray process behind (issue 13).
+
+``fusion-ray swap`` on a video starts a local Ray; killed mid-job, its Ray processes must be gone
+within seconds (the reaper, :mod:`fusion_ray.cli.reaper`, ends them). Runs the command in a
+subprocess (it must not share the test session's cluster); under the Ray lock like every Ray test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import psutil
+import pytest
+
+from fusion_ray.imageio import read_image
+from fusion_ray.video.synthetic import make_test_video
+
+pytestmark = pytest.mark.ray
+
+FUSION_RAY = Path(sys.executable).with_name("fusion-ray")
+
+
+def _alive(processes: list[psutil.Process]) -> list[str]:
+    names = []
+    for p in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                names.append(f"{p.pid} {' '.join(p.cmdline())[:100]}")
+    return names
+
+
+def _ray_children(pid: int) -> list[psutil.Process]:
+    found = []
+    for p in psutil.Process(pid).children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if "fusion_ray.cli.reaper" not in " ".join(p.cmdline()):
+                found.append(p)
+    return found
+
+
+def test_kill_9_of_a_video_swap_leaves_no_ray_process_behind(tmp_path, images_dir, scrfd_path):
+    clip = make_test_video(tmp_path / "long.mp4", face_image=read_image(images_dir / "obama.jpg").frame,
+                           n_frames=900, fps=Fraction(30), audio=False)
+    proc = subprocess.Popen([str(FUSION_RAY), "swap", "--swapper", "classic", "--no-tracking",
+                             "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu",
+                             "-s", str(images_dir / "biden.jpg"), "-t", str(clip), "-o", str(tmp_path / "out.mp4")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ray_processes: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:  # the job is running on its Ray
+            ray_processes = _ray_children(proc.pid)
+            if any("raylet" in " ".join(p.cmdline()) for p in ray_processes if p.is_running()) \
+                    and any("MapWorker" in " ".join(p.cmdline()) or "ray::" in p.name() for p in ray_processes):
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None and ray_processes, "the swap should be running on its local Ray"
+        time.sleep(1.5)  # the reaper polls every 0.5 s
+        ray_processes = _ray_children(proc.pid)
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while _alive(ray_processes) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = _alive(ray_processes)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for p in ray_processes:  # never leave them to the next test, even when the assertion fails
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+    assert not left, left
