@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,12 +22,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="Items come from --manifest (CSV/Parquet: source, target, output[, options]) or from "
                     "--source-pattern/--target-pattern/--output-pattern (every source x every target). "
                     "Finished outputs are skipped, so re-running resumes a job.")
-    parser.add_argument("--manifest", type=Path, help="CSV or Parquet manifest")
-    parser.add_argument("--source-pattern", help="glob of source images, e.g. 'faces/*.jpg'")
-    parser.add_argument("--target-pattern", help="glob of targets, e.g. 'clips/*.mp4'")
+    parser.add_argument("--manifest", help="CSV or Parquet manifest (a path or an s3:// / gs:// URI)")
+    parser.add_argument("--source-pattern", help="glob of source images, e.g. 'faces/*.jpg' or 's3://b/faces/*.jpg'")
+    parser.add_argument("--target-pattern", help="glob of targets, e.g. 'clips/*.mp4' or 's3://b/clips/*.mp4'")
     parser.add_argument("--output-pattern", default="{source_name}-{target_name}.{target_extension}",
                         help="output names: {index} {source_name} {target_name} {target_extension}")
-    parser.add_argument("--output-root", type=Path, default=Path("."),
+    parser.add_argument("--output-root", type=_local_root, default=Path("."),
                         help="every output must be inside this folder (default: the current folder)")
     parser.add_argument("--force", action="store_true", help="redo items whose output exists")
     add_engine_arguments(parser)
@@ -38,25 +39,35 @@ def run(args: argparse.Namespace) -> int:
     from fusion_ray.pipeline.job import plan_job, run_plan
     from fusion_ray.pipeline.manifest import check_unique_outputs, expand_patterns, read_manifest
     from fusion_ray.pipeline.runtime import connect
+    from fusion_ray.storage import Storage, StorageConfig
 
     started = time.monotonic()
+    storage = Storage(StorageConfig.from_env(os.environ))  # buckets reached with the standard AWS variables
     root = args.output_root
     check_writable_dir(root, "output root")  # before any work: a read-only root would fail every item
     if args.manifest and (args.source_pattern or args.target_pattern):
         raise InputError("give either --manifest or the patterns, not both")
     if args.manifest:
-        items = read_manifest(args.manifest, root)
+        items = read_manifest(args.manifest, root, storage)
     elif args.source_pattern and args.target_pattern:
-        items = expand_patterns(args.source_pattern, args.target_pattern, args.output_pattern, root)
+        items = expand_patterns(args.source_pattern, args.target_pattern, args.output_pattern, root, storage)
     else:
         raise InputError("give --manifest, or --source-pattern and --target-pattern")
     check_unique_outputs(items)
     cfg = job_config(args, engine_config_from_args(args))
     report_path = args.report or root / REPORT_NAME
     print(f"{len(items)} item(s); outputs under {root.resolve()}", file=sys.stderr)
-    plan = plan_job(items, cfg, output_root=root, force=args.force)  # before Ray: bad items and models fail at once
+    plan = plan_job(items, cfg, output_root=root, force=args.force, storage=storage)  # before Ray: bad items and models fail at once
     if plan.runs:
         connect(args.address)
     report = run_plan(plan, progress=ProgressPrinter(), report_path=report_path)
     print_summary(report, time.monotonic() - started, report_path)
     return 0 if report.counts().get("failed", 0) == 0 else 1
+
+
+def _local_root(text: str) -> Path:
+    """The output root: a local folder (``type=Path`` would turn ``s3://b/x`` into ``s3:/b/x``)."""
+    if "://" in text and not text.startswith("file://"):
+        raise argparse.ArgumentTypeError(f"{text}: an output root in a bucket is not supported yet; "
+                                         "give a local folder")
+    return Path(text.removeprefix("file://")) if text.startswith("file://") else Path(text)

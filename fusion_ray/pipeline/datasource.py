@@ -18,6 +18,7 @@ and the tracking counters (:data:`TRACK_COLUMNS`); the detect stage then only cu
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import Iterator, Sequence
@@ -30,7 +31,7 @@ from ray.data.block import Block, BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
 from fusion_ray.errors import FusionRayError, is_fatal
-from fusion_ray.imageio import read_image
+from fusion_ray.imageio import LoadedImage, decode_image, read_image
 from fusion_ray.pipeline.track_read import (
     TRACK_COLUMNS,
     SegmentReader,
@@ -38,7 +39,9 @@ from fusion_ray.pipeline.track_read import (
     TrackedRead,
     face_columns,
 )
+from fusion_ray.storage import Storage, StorageConfig
 from fusion_ray.video.decode import decode_segment
+from fusion_ray.video.probe import Media
 from fusion_ray.video.segments import Segment
 
 log = logging.getLogger(__name__)
@@ -117,32 +120,57 @@ def _frames_column(frames: list[np.ndarray]) -> np.ndarray:
     return column
 
 
-def _segment_frames(unit: ReadUnit, tracking: TrackedRead | None) -> Iterator[TrackedFrame]:
+def is_remote(path: str) -> bool:
+    """Whether a unit's path is the URI of an object in a bucket (``s3://``, ``gs://``)."""
+    return "://" in path and not path.startswith("file://")
+
+
+@contextlib.contextmanager
+def _media(path: str, storage: StorageConfig | None) -> Iterator[Media]:
+    """A local path as it is; an object opened by ranges, closed when the block ends."""
+    if not is_remote(path):
+        yield path
+        return
+    with Storage(storage).open_media(path) as media:
+        yield media
+
+
+def _read_image(path: str, storage: StorageConfig | None) -> LoadedImage:
+    if is_remote(path):
+        return decode_image(Storage(storage).read_bytes(path), path)
+    return read_image(Path(path))
+
+
+def _segment_frames(unit: ReadUnit, tracking: TrackedRead | None,
+                    storage: StorageConfig | None = None) -> Iterator[TrackedFrame]:
     """The segment's frames in order; with tracking, each with its final faces and counters."""
     assert unit.segment is not None
-    decoded = decode_segment(unit.path, unit.segment, threads=1)
-    if tracking is None:
-        for frame in decoded:
-            yield TrackedFrame(frame.index, frame.time_s, frame.frame)
-        return
-    reader = SegmentReader(tracking.load_models(), tracking, fps=unit.fps, frame_hw=unit.frame_hw)
-    yield from reader.frames(decoded)
+    with _media(unit.path, storage) as media:
+        decoded = decode_segment(media, unit.segment, threads=1)
+        if tracking is None:
+            for frame in decoded:
+                yield TrackedFrame(frame.index, frame.time_s, frame.frame)
+            return
+        reader = SegmentReader(tracking.load_models(), tracking, fps=unit.fps, frame_hw=unit.frame_hw)
+        yield from reader.frames(decoded)
 
 
-def read_unit(unit: ReadUnit, block_frames: int, tracking: TrackedRead | None = None) -> Iterator[Block]:
+def read_unit(unit: ReadUnit, block_frames: int, tracking: TrackedRead | None = None,
+              storage: StorageConfig | None = None) -> Iterator[Block]:
     """Decode one unit into blocks of at most ``block_frames`` rows (bounded memory).
 
     With ``tracking``, a video unit's faces are tracked here (:mod:`fusion_ray.pipeline.track_read`)
     and every block has the :data:`TRACK_COLUMNS` (an image's rows are not ``tracked``).
+    A unit whose path is a URI is read from its bucket with ``storage``'s settings.
     """
     rows = _Rows(unit, tracking is not None)
     next_index = unit.segment.start_frame if unit.segment is not None else 0
     try:
         if unit.segment is None:
-            image = read_image(Path(unit.path))
+            image = _read_image(unit.path, storage)
             rows.add(0, 0.0, image.frame, image.alpha.tobytes() if image.alpha is not None else NO_ALPHA)
         else:
-            for row in _segment_frames(unit, tracking):
+            for row in _segment_frames(unit, tracking, storage):
                 rows.add(row.index, row.time_s, row.frame, tracked=row if tracking is not None else None)
                 next_index = row.index + 1
                 if len(rows) >= block_frames:
@@ -172,13 +200,15 @@ class FrameDatasource(Datasource):
     """Frames of many videos and images, one read task per video segment or image."""
 
     def __init__(self, units: Sequence[ReadUnit], block_frames: int = 16,
-                 tracking: TrackedRead | None = None) -> None:
+                 tracking: TrackedRead | None = None, storage: StorageConfig | None = None) -> None:
         super().__init__()
         if not units:
             raise ValueError("FrameDatasource needs at least one read unit")
         self.units = list(units)
         self.block_frames = block_frames
         self.tracking = tracking
+        self.storage = storage
+        """Settings of the stores the units' URIs name (given here: workers' environments may differ)."""
 
     def _unit_rows(self, unit: ReadUnit) -> int:
         return unit.segment.frame_count if unit.segment is not None else 1
@@ -193,7 +223,7 @@ class FrameDatasource(Datasource):
             rows = self._unit_rows(unit)
             metadata = BlockMetadata(num_rows=rows, size_bytes=rows * unit.frame_hw[0] * unit.frame_hw[1] * 3,
                                      input_files=(unit.path,), exec_stats=None)
-            tasks.append(ReadTask(functools.partial(read_unit, unit, self.block_frames, self.tracking), metadata))
+            tasks.append(ReadTask(functools.partial(read_unit, unit, self.block_frames, self.tracking, self.storage), metadata))
         return tasks
 
     def get_name(self) -> str:

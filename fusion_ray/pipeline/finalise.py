@@ -9,6 +9,7 @@ the writers, whatever fails on the way.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 from collections.abc import Iterable, Sequence
@@ -20,7 +21,9 @@ import ray
 from fusion_ray.errors import FusionRayError
 from fusion_ray.pipeline.plan import ItemPlan
 from fusion_ray.pipeline.report import ItemResult, ItemStatus
+from fusion_ray.storage import Location, Storage
 from fusion_ray.video.join import join_segments
+from fusion_ray.video.probe import Media
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +31,10 @@ CLEANUP_TIMEOUT_S = 60.0
 """How long cleanup waits for a writer to abort a video's segments (then it is killed anyway)."""
 
 
-def join_video(plan: ItemPlan, result: ItemResult, segment_paths: Sequence[Path], comment: str) -> None:
-    """Join a video whose segments are all written; the item is then ``done`` or ``failed``."""
+def join_video(plan: ItemPlan, result: ItemResult, segment_paths: Sequence[Path], comment: str,
+               storage: Storage | None = None) -> None:
+    """Join a video whose segments are all written; the item is then ``done`` or ``failed``.
+    A target in a bucket is the audio source through ``storage`` (read by ranges)."""
     if result.frames != plan.expected_frames:
         result.fail(f"processed {result.frames} of {plan.expected_frames} frames")
         return
@@ -40,9 +45,15 @@ def join_video(plan: ItemPlan, result: ItemResult, segment_paths: Sequence[Path]
     info = plan.video
     if info is None:
         raise ValueError(f"item {plan.index} is not a planned video")
+    target = plan.item.target
     try:
-        join_segments(list(segment_paths), plan.output, fps=info.fps, frame_times=plan.frame_times,
-                      audio_source=plan.item.target if info.has_audio else None, metadata={"comment": comment})
+        with contextlib.ExitStack() as stack:
+            audio: Media | None = None
+            if info.has_audio:
+                audio = stack.enter_context((storage or Storage()).open_media(target)) \
+                    if isinstance(target, Location) else target
+            join_segments(list(segment_paths), plan.output, fps=info.fps, frame_times=plan.frame_times,
+                          audio_source=audio, metadata={"comment": comment})
     except FusionRayError as exc:
         result.fail(exc)
         return

@@ -56,6 +56,7 @@ from fusion_ray.pipeline.plan import (
 )
 from fusion_ray.pipeline.report import ItemResult, ItemStatus, JobReport, StageStats, typed_error
 from fusion_ray.pipeline.run import ProgressCallback, run_group
+from fusion_ray.storage import Storage
 
 __all__ = ["PARTS_SUFFIX", "ItemResult", "JobItem", "JobPlan", "JobReport", "ProgressCallback", "StageStats",
            "confine", "plan_job", "run_job", "run_plan", "with_overrides"]
@@ -65,10 +66,11 @@ log = logging.getLogger(__name__)
 
 def run_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Path | None = None,
             force: bool = False, progress: ProgressCallback | None = None,
-            report_path: Path | None = None) -> JobReport:
-    """Run ``items`` as one streaming job on the connected (or a new local) Ray cluster."""
+            report_path: Path | None = None, storage: Storage | None = None) -> JobReport:
+    """Run ``items`` as one streaming job on the connected (or a new local) Ray cluster; inputs
+    in buckets are read through ``storage`` (its config goes to the read tasks)."""
     start = time.perf_counter()
-    plan = plan_job(items, cfg, output_root=output_root, force=force)
+    plan = plan_job(items, cfg, output_root=output_root, force=force, storage=storage)
     return run_plan(plan, progress=progress, report_path=report_path, started=start)
 
 

@@ -1,22 +1,28 @@
-"""Job items from a manifest (CSV or Parquet) or from FaceFusion-style batch patterns."""
+"""Job items from a manifest (CSV or Parquet) or from FaceFusion-style batch patterns.
+
+A manifest, its sources and targets, and the patterns may be local paths or URIs of objects
+in a bucket (``s3://``, ``gs://``), read and listed through ``Storage``; outputs are local.
+"""
 
 from __future__ import annotations
 
 import csv
 import glob
+import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from fusion_ray.errors import InputError
-from fusion_ray.pipeline.plan import JobItem
+from fusion_ray.pipeline.plan import Input, JobItem
+from fusion_ray.storage import Location, Storage
 
 MANIFEST_COLUMNS = ("source", "target", "output")
 """Required columns; ``options`` (a JSON object of engine overrides) is optional.
 ``source`` may list several images separated by ``;``."""
 
 
-def _item(row: dict[str, object], where: str, base: Path, output_root: Path) -> JobItem:
+def _item(row: dict[str, object], where: str, base: Path | Location, output_root: Path) -> JobItem:
     missing = [c for c in MANIFEST_COLUMNS if not str(row.get(c) or "").strip()]
     if missing:
         raise InputError(f"{where}: missing value(s) for {missing}")
@@ -28,20 +34,61 @@ def _item(row: dict[str, object], where: str, base: Path, output_root: Path) -> 
         raise InputError(f"{where}: options are not valid JSON: {exc}") from exc
     if not isinstance(parsed, dict):
         raise InputError(f"{where}: options must be a JSON object")
+    if "://" in str(row["output"]):
+        raise InputError(f"{where}: output {str(row['output']).strip()}: outputs in a bucket are not supported "
+                         "yet; give a local path")
     output = Path(str(row["output"]).strip())
     return JobItem(sources, _resolve(str(row["target"]).strip(), base),
                    output if output.is_absolute() else output_root / output, json.dumps(parsed, sort_keys=True))
 
 
-def _resolve(path: str, base: Path) -> Path:
+def _resolve(path: str, base: Path | Location) -> Input:
+    """A URI as a Location (``file://`` as a local path), else a path; a relative one under
+    ``base`` (the manifest's folder, local or in a bucket)."""
+    if "://" in path:
+        location = Location.parse(path)
+        return location.path if location.is_local else location
+    if isinstance(base, Location):
+        return Path(path).expanduser() if path.startswith(("/", "~")) else base / path
     p = Path(path).expanduser()
     return p if p.is_absolute() else base / p
 
 
-def read_manifest(path: Path, output_root: Path) -> list[JobItem]:
-    """Items of a ``.csv`` or ``.parquet`` manifest. Relative sources and targets are relative to
-    the manifest's folder; relative outputs to ``output_root``."""
-    path = Path(path)
+def _remote_rows(location: Location, storage: Storage) -> list[dict[str, object]]:
+    """The rows of a manifest in a bucket (read whole: a manifest is small)."""
+    data = storage.read_bytes(location)
+    if location.suffix.lower() == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            return list(pq.read_table(pa.BufferReader(data)).to_pylist())
+        except Exception as exc:
+            raise InputError(f"cannot read manifest {location}: {exc}") from exc
+    if location.suffix.lower() != ".csv":
+        raise InputError(f"manifest {location}: expected a .csv or .parquet file")
+    try:
+        reader = csv.DictReader(io.StringIO(data.decode("utf-8-sig"), newline=""))
+        missing = [c for c in MANIFEST_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise InputError(f"manifest {location} lacks column(s) {missing}; has {reader.fieldnames}")
+        return [dict(row) for row in reader]
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise InputError(f"cannot read manifest {location}: {exc}") from exc
+
+
+def read_manifest(path: Path | str | Location, output_root: Path, storage: Storage | None = None
+                  ) -> list[JobItem]:
+    """Items of a ``.csv`` or ``.parquet`` manifest (a local file or an object in a bucket).
+    Relative sources and targets are relative to the manifest's folder; relative outputs to
+    ``output_root``."""
+    location = Location.parse(path) if isinstance(path, str) and "://" in path else path
+    if isinstance(location, Location) and not location.is_local:
+        rows = _remote_rows(location, storage or Storage())
+        if not rows:
+            raise InputError(f"manifest {location} has no rows")
+        return [_item(row, f"{location} row {n + 1}", location.parent, output_root) for n, row in enumerate(rows)]
+    path = location.path if isinstance(location, Location) else Path(location)
     if not path.is_file():
         raise InputError(f"file not found: {path}")
     base = path.parent
@@ -69,36 +116,48 @@ def read_manifest(path: Path, output_root: Path) -> list[JobItem]:
     return [_item(dict(row), f"{path} row {n + 1}", base, output_root) for n, row in enumerate(rows)]
 
 
+def _glob(pattern: str, storage: Storage | None) -> list[Input]:
+    """Matches of a local pattern (sorted paths, as today) or of one in a bucket (Locations)."""
+    if "://" in pattern:
+        found = (storage or Storage()).glob(pattern)
+        return [m.path if m.is_local else m for m in found]
+    return [Path(p) for p in sorted(glob.glob(pattern, recursive=True))]
+
+
 def expand_patterns(source_pattern: str, target_pattern: str, output_pattern: str,
-                    output_root: Path) -> list[JobItem]:
+                    output_root: Path, storage: Storage | None = None) -> list[JobItem]:
     """Every source match x every target match, like FaceFusion's batch-run.
 
     ``output_pattern`` placeholders: ``{index}``, ``{source_name}``, ``{target_name}`` (file
     names without extension) and ``{target_extension}`` (without the dot). Relative outputs
-    are placed under ``output_root``.
+    are placed under ``output_root``. Patterns may be URIs (``s3://b/clips/*.mp4``).
     """
-    sources = sorted(glob.glob(source_pattern, recursive=True))
-    targets = sorted(glob.glob(target_pattern, recursive=True))
+    sources = _glob(source_pattern, storage)
+    targets = _glob(target_pattern, storage)
     if not sources:
         raise InputError(f"no file matches the source pattern {source_pattern!r}")
     if not targets:
         raise InputError(f"no file matches the target pattern {target_pattern!r}")
     items = []
     for index, (source, target) in enumerate((s, t) for s in sources for t in targets):
-        s, t = Path(source), Path(target)
+        s, t = source, target
         try:
             name = output_pattern.format(index=index, source_name=s.stem, target_name=t.stem,
                                          target_extension=t.suffix.lstrip("."))
         except (KeyError, IndexError, ValueError) as exc:
             raise InputError(f"bad output pattern {output_pattern!r}: unknown placeholder {exc}") from exc
         output = Path(name)
-        items.append(JobItem((s.resolve(),), t.resolve(), output if output.is_absolute() else output_root / output))
+        items.append(JobItem((_resolved(s),), _resolved(t), output if output.is_absolute() else output_root / output))
     return items
+
+
+def _resolved(found: Input) -> Input:
+    return found.resolve() if isinstance(found, Path) else found
 
 
 def check_unique_outputs(items: Sequence[JobItem]) -> None:
     """InputError when two items would write the same output."""
-    seen: dict[Path, Path] = {}
+    seen: dict[Path, Input] = {}
     for item in items:
         key = item.output.expanduser().resolve()
         if key in seen:

@@ -32,14 +32,17 @@ from fusion_ray.imageheader import ImageHeader, UnsupportedImageError, check_ima
 from fusion_ray.imageio import DEFAULT_MAX_PIXELS, decode_image, format_changes
 from fusion_ray.pipeline.config import JobConfig
 from fusion_ray.pipeline.report import ItemKind, ItemResult, ItemStatus, typed_error
+from fusion_ray.storage import Location, Storage, StorageConfig
 from fusion_ray.video.encode import check_encodable, check_video_output
-from fusion_ray.video.probe import VideoInfo, is_video_file, probe
+from fusion_ray.video.probe import VIDEO_EXTENSIONS, VideoInfo, is_video_file, probe
 from fusion_ray.video.segments import Segment, Shortfall, find_shortfall, index_packets, segments_of
 from fusion_ray.video.timing import FrameTimes
 
 log = logging.getLogger(__name__)
 
 PARTS_SUFFIX = ".fusion_ray_parts"
+Input = Path | Location
+"""A source or target: a local path, or a Location in a bucket (read through ``Storage``)."""
 
 
 @dataclass(frozen=True)
@@ -50,8 +53,8 @@ class JobItem:
     "largest"}}``); items with the same options run in the same pipeline.
     """
 
-    sources: tuple[Path, ...]
-    target: Path
+    sources: tuple[Input, ...]
+    target: Input
     output: Path
     options: str = "{}"
     """JSON object of engine overrides (a string, so that items stay hashable)."""
@@ -124,6 +127,8 @@ class GroupPlan:
 class JobPlan:
     items: tuple[ItemPlan, ...]
     groups: tuple[GroupPlan, ...]
+    storage: StorageConfig = StorageConfig()
+    """How the planner reached inputs in buckets; the read tasks and the join use the same."""
 
     @property
     def runs(self) -> bool:
@@ -142,9 +147,12 @@ def confine(output: Path, root: Path | None) -> Path:
 
 
 def plan_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Path | None = None,
-             force: bool = False) -> JobPlan:
-    """Plan every item (see the module docstring) and group the runnable ones by options."""
-    plans = [plan_item(n, item, cfg, output_root=output_root, force=force) for n, item in enumerate(items)]
+             force: bool = False, storage: Storage | None = None) -> JobPlan:
+    """Plan every item (see the module docstring) and group the runnable ones by options.
+    Inputs in buckets are read through ``storage`` (default: the AWS SDK's own credential chain)."""
+    storage = storage or Storage()
+    plans = [plan_item(n, item, cfg, output_root=output_root, force=force, storage=storage)
+             for n, item in enumerate(items)]
     members: dict[str, list[int]] = {}
     for plan in plans:
         if plan.runs:
@@ -159,26 +167,29 @@ def plan_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Path | No
             log.info("a group of %d item(s) cannot run: %s", len(indices), typed_error(exc))
             for n in indices:
                 plans[n] = dataclasses.replace(plans[n], status=ItemStatus.FAILED, error=typed_error(exc), cause=exc)
-    return JobPlan(tuple(plans), tuple(groups))
+    return JobPlan(tuple(plans), tuple(groups), storage.config)
 
 
 def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Path | None = None,
-              force: bool = False) -> ItemPlan:
+              force: bool = False, storage: Storage | None = None) -> ItemPlan:
     """One item's plan; an item that cannot run is ``SKIPPED`` or ``FAILED``, never raised."""
+    storage = storage or Storage()
     plan = ItemPlan(n, item, item.output.expanduser().resolve())
     try:
         plan = dataclasses.replace(plan, output=confine(item.output, output_root))
         check_not_an_input(item.output, _inputs(item, cfg), what="output")  # even with force
         if plan.output.exists() and not force:
             return dataclasses.replace(plan, status=ItemStatus.SKIPPED)
-        if not item.target.is_file():
+        if isinstance(item.target, Location):
+            storage.stat(item.target)  # a missing object or bucket, refused credentials: one line
+        elif not item.target.is_file():
             raise InputError(f"file not found: {item.target}")
-        if is_video_file(item.target):
+        if _is_video(item.target):
             plan = dataclasses.replace(plan, kind=ItemKind.VIDEO)
             check_video_output(plan.output)  # before any work: the output would be MP4 under another name
-            return _plan_video(plan, cfg)
+            return _plan_video(plan, cfg, storage)
         plan = dataclasses.replace(plan, kind=ItemKind.IMAGE)
-        return _plan_image(plan)
+        return _plan_image(plan, storage)
     except (FusionRayError, OSError) as exc:
         error = describe_error(exc)
         log.info("%s: %s", item.target, error)  # the item's error: the CLI prints it once
@@ -187,41 +198,56 @@ def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Path | None
 
 
 def _inputs(item: JobItem, cfg: JobConfig) -> list[tuple[str, Path]]:
-    """Every file the item is made from, with what names it."""
+    """Every local file the item is made from, with what names it (an object in a bucket is
+    never a local output)."""
     inputs = [("target", item.target), *(("source", s) for s in item.sources)]
     reference = cfg.engine.selection.reference_path
-    return [*inputs, ("reference", reference)] if reference is not None else inputs
+    local = [(what, p) for what, p in inputs if isinstance(p, Path)]
+    return [*local, ("reference", reference)] if reference is not None else local
 
 
-def _plan_video(plan: ItemPlan, cfg: JobConfig) -> ItemPlan:
-    """Probe the video, split its packets into segments, and compare them with what it declares."""
+def _is_video(target: Input) -> bool:
+    """A local file as ``is_video_file`` says; an object by its extension (no download)."""
+    if isinstance(target, Location):
+        return target.suffix.lower() in VIDEO_EXTENSIONS
+    return is_video_file(target)
+
+
+def _plan_video(plan: ItemPlan, cfg: JobConfig, storage: Storage) -> ItemPlan:
+    """Probe the video, split its packets into segments, and compare them with what it declares.
+    A video in a bucket is read by ranges (``Storage.open_media``), never downloaded whole."""
     target = plan.item.target
-    info = probe(target)
+    if isinstance(target, Location):
+        with storage.open_media(target) as media:
+            info = probe(media)
+            index = index_packets(media)
+    else:
+        info = probe(target)
+        index = index_packets(target)
     check_encodable(info.width, info.height, cfg.pipeline.encode_options)  # e.g. an odd size as yuv420p
-    index = index_packets(target)
-    segments = tuple(segments_of(index, cfg.pipeline.segment_seconds, target))
+    segments = tuple(segments_of(index, cfg.pipeline.segment_seconds, str(target)))
     shortfall = find_shortfall(info, index)
     times = FrameTimes(index.time_base, index.pts, index.start_pts)
     plan = dataclasses.replace(plan, video=info, segments=segments, frame_hw=(info.height, info.width),
                                shortfall=shortfall, frame_times=times)
     if shortfall is not None:
         if not cfg.allow_truncated:
-            error = VideoError(f"{shortfall.describe(target)} (--allow-truncated processes the frames present)")
+            error = VideoError(f"{shortfall.describe(str(target))} (--allow-truncated processes the frames present)")
             return dataclasses.replace(plan, status=ItemStatus.FAILED, error=str(error), cause=error)
-        return dataclasses.replace(plan, warnings=(f"{shortfall.describe(target)}; the frames present are "
+        return dataclasses.replace(plan, warnings=(f"{shortfall.describe(str(target))}; the frames present are "
                                                    "processed and keep their timestamps",))
     note = times.note(info.fps)
     return dataclasses.replace(plan, warnings=(f"{target}: {note}",)) if note else plan
 
 
-def _plan_image(plan: ItemPlan) -> ItemPlan:
+def _plan_image(plan: ItemPlan, storage: Storage) -> ItemPlan:
     """An image's size and format changes. Its size comes from its header; formats the header
     reader does not know (TIFF, GIF, ...), and images whose header says they may have more
     than 8 bits or an alpha channel, are decoded. InputError when it is not a readable image
     or too large."""
     path = plan.item.target
     try:
-        data = path.read_bytes()
+        data = storage.read_bytes(path) if isinstance(path, Location) else path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
     try:

@@ -34,6 +34,7 @@ from fusion_ray.pipeline.stages import stage_names
 from fusion_ray.pipeline.track_read import TrackedRead
 from fusion_ray.pipeline.tracker import SegmentKey, SegmentTracker
 from fusion_ray.pipeline.writer import ImageTarget, SegmentWriter, VideoTarget, writer_for
+from fusion_ray.storage import Storage
 from fusion_ray.types import Embedding, SourceIdentity
 
 log = logging.getLogger(__name__)
@@ -57,11 +58,13 @@ def run_group(plan: JobPlan, group: GroupPlan, results: Sequence[ItemResult], re
     """Embed the group's sources on the driver, then run its items (see the module docstring)."""
     driver = load_driver_engine(group.cfg.engine)
     members = [plan.items[n] for n in group.members]
-    identities, source_of = prepare_identities({p.index: p.item.sources for p in members}, driver, results)
+    storage = Storage(plan.storage)
+    identities, source_of = prepare_identities({p.index: p.item.sources for p in members}, driver, results,
+                                               storage)
     sources = Sources(identities, source_of, load_reference(driver))
     provenance = driver_provenance(group.cfg.engine, driver)
     report.add_stand_ins(provenance.report_field())
-    run = GroupRun([p for p in members if p.index in source_of], group.cfg, results, report, provenance)
+    run = GroupRun([p for p in members if p.index in source_of], group.cfg, results, report, provenance, storage)
     run.execute(sources, progress, gpus_now)
 
 
@@ -69,8 +72,10 @@ class GroupRun:
     """The state of one group's run: its items, writers, segment tracker and finishing segments."""
 
     def __init__(self, items: Sequence[ItemPlan], cfg: JobConfig, results: Sequence[ItemResult],
-                 report: JobReport, provenance: Provenance) -> None:
+                 report: JobReport, provenance: Provenance, storage: Storage | None = None) -> None:
         self.items = {p.index: p for p in items}
+        self.storage = storage or Storage()
+        """Reads the inputs in buckets (the read tasks get its config, not the workers' environment)."""
         self.videos = {n: p for n, p in self.items.items() if p.kind is ItemKind.VIDEO}
         self.cfg = cfg
         self.results = results
@@ -118,7 +123,8 @@ class GroupRun:
         pipeline = self.cfg.pipeline
         targets = {n: VideoTarget(v.video.fps, v.video.width, v.video.height, str(v.work_dir))
                    for n, v in self.videos.items() if v.video is not None}
-        writer_cls = ray.remote(SegmentWriter).options(num_cpus=pipeline.writer_num_cpus)
+        # Spread over the nodes (as Ray Data spreads its tasks), so that encoding scales out with them.
+        writer_cls = ray.remote(SegmentWriter).options(num_cpus=pipeline.writer_num_cpus, scheduling_strategy="SPREAD")
         count = pipeline.writers_for(sum(len(v.segments) for v in self.videos.values()))  # none for images
         self.writers += [writer_cls.remote(targets, pipeline.encode_options)  # type: ignore[attr-defined]
                          for _ in range(count)]
@@ -145,7 +151,7 @@ class GroupRun:
         # A dataset copies the DataContext when it is created: set it up first.
         with _data_context(pipeline):
             ds = ray.data.read_datasource(
-                FrameDatasource(units, block_frames, tracking), num_cpus=pipeline.read_num_cpus,
+                FrameDatasource(units, block_frames, tracking, self.storage.config), num_cpus=pipeline.read_num_cpus,
                 compute=ray.data.TaskPoolStrategy(size=pipeline.read_tasks), override_num_blocks=len(units))
             ds = build_pipeline(ds, engine, pipeline, dict(sources.identities), reference=sources.reference,
                                 gpus_available=gpus_available, sink=self._sink(), tracked=tracking is not None)
@@ -183,7 +189,7 @@ class GroupRun:
             result.fail(exc)
             return
         if self.tracker.written(key, Path(path)) and result.status == ItemStatus.PENDING:
-            join_video(self.videos[n], result, self.tracker.paths(n), self.comment)
+            join_video(self.videos[n], result, self.tracker.paths(n), self.comment, self.storage)
 
     def _fail_incomplete(self) -> None:
         for n, item in self.items.items():

@@ -16,8 +16,9 @@ from fusion_ray.core.modelset import inspect_models
 from fusion_ray.core.provenance import Provenance
 from fusion_ray.engine import Engine
 from fusion_ray.errors import FusionRayError
-from fusion_ray.imageio import read_image
+from fusion_ray.imageio import LoadedImage, decode_image, read_image
 from fusion_ray.pipeline.report import ItemResult
+from fusion_ray.storage import Location, Storage
 from fusion_ray.types import SourceIdentity
 
 
@@ -29,19 +30,21 @@ def load_driver_engine(cfg: EngineConfig) -> Engine:
     return Engine.load(cfg.in_ray_actor(gets_gpu=False), components=components, cpu_budget=1)
 
 
-def prepare_identities(sources: Mapping[int, tuple[Path, ...]], engine: Engine, results: Sequence[ItemResult]
+def prepare_identities(sources: Mapping[int, tuple[Path | Location, ...]], engine: Engine,
+                       results: Sequence[ItemResult], storage: Storage | None = None
                        ) -> tuple[dict[str, SourceIdentity], dict[int, str]]:
     """Embed each distinct source set once; items whose source fails are marked failed.
+    Sources in a bucket are read through ``storage``.
 
     Returns the identities by source id, and each remaining item's source id.
     """
     identities: dict[str, SourceIdentity] = {}
-    by_sources: dict[tuple[Path, ...], str | BaseException] = {}
+    by_sources: dict[tuple[Path | Location, ...], str | BaseException] = {}
     source_of: dict[int, str] = {}
     for n, key in sources.items():
         if key not in by_sources:
             try:
-                images = [read_image(p).frame for p in key]
+                images = [_read_source(p, storage).frame for p in key]
                 source_id = f"s{len(identities)}"
                 identities[source_id] = engine.prepare_source(images, [str(p) for p in key])
                 by_sources[key] = source_id
@@ -53,6 +56,12 @@ def prepare_identities(sources: Mapping[int, tuple[Path, ...]], engine: Engine, 
         else:
             source_of[n] = outcome
     return identities, source_of
+
+
+def _read_source(source: Path | Location, storage: Storage | None) -> LoadedImage:
+    if isinstance(source, Location):
+        return decode_image((storage or Storage()).read_bytes(source), str(source))
+    return read_image(source)
 
 
 def driver_provenance(cfg: EngineConfig, driver_engine: Engine) -> Provenance:

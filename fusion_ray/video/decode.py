@@ -13,7 +13,7 @@ import av
 import numpy as np
 
 from fusion_ray.errors import VideoError
-from fusion_ray.video.probe import open_input, video_stream_of
+from fusion_ray.video.probe import Media, media_name, open_input, video_stream_of
 from fusion_ray.video.segments import Segment
 
 logger = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class _SeekOvershoot(Exception):
     """The seek landed after the segment's first frame (the container's index lied)."""
 
 
-def decode_segment(path: str | Path, segment: Segment, *, threads: int = 0
+def decode_segment(path: Media, segment: Segment, *, threads: int = 0
                    ) -> Generator[DecodedFrame, None, None]:
     """Yield exactly the frames of `segment` (start_pts <= pts < end_pts), in order.
 
@@ -49,26 +49,26 @@ def decode_segment(path: str | Path, segment: Segment, *, threads: int = 0
     naming the file when it cannot be read or yields a different number of frames than planned.
 
     Args:
-        path: the video file the segment was planned on.
+        path: the video file the segment was planned on (or a seekable file object of it).
         segment: from plan_segments(path).
         threads: decoder threads; 0 lets FFmpeg choose (all cores).
     """
-    path = Path(path)
+    media, path = path, media_name(path)
     if segment.start_frame == 0:
-        yield from _decode(path, segment, seek_to=None, threads=threads)
+        yield from _decode(media, segment, seek_to=None, threads=threads)
         return
     # Some demuxers (MPEG-TS) seek by dts or by byte position and can land after the
     # keyframe; then seek again further back, and as a last resort decode from the start.
     for margin_s in _SEEK_MARGINS_S:
         try:
-            yield from _decode(path, segment, seek_to=margin_s, threads=threads)
+            yield from _decode(media, segment, seek_to=margin_s, threads=threads)
             return
         except _SeekOvershoot:
             logger.debug("seek in %s for segment %d landed too late (margin %.1f s)",
                          path, segment.index, margin_s)
     logger.warning("seeking in %s does not reach pts %d; decoding segment %d from the start",
                    path, segment.start_pts, segment.index)
-    yield from _decode(path, segment, seek_to=None, threads=threads)
+    yield from _decode(media, segment, seek_to=None, threads=threads)
 
 
 def decode_all(path: str | Path, *, threads: int = 0
@@ -78,7 +78,7 @@ def decode_all(path: str | Path, *, threads: int = 0
     yield from _decode(path, None, seek_to=None, threads=threads)
 
 
-def _decode(path: Path, segment: Segment | None, *, seek_to: float | None, threads: int
+def _decode(media: Media, segment: Segment | None, *, seek_to: float | None, threads: int
             ) -> Iterator[DecodedFrame]:
     """Decode [segment.start_pts, segment.end_pts) (everything when segment is None).
 
@@ -86,7 +86,8 @@ def _decode(path: Path, segment: Segment | None, *, seek_to: float | None, threa
     before the segment's start first, and raises _SeekOvershoot (before yielding anything)
     when the seek landed after the segment's first frame.
     """
-    container = open_input(path)
+    path = media_name(media)
+    container = open_input(media)
     try:
         stream = video_stream_of(container, path)
         stream.thread_type = "AUTO"

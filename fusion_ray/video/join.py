@@ -22,7 +22,7 @@ import av
 
 from fusion_ray.errors import VideoError
 from fusion_ray.fsutil import atomic_path
-from fusion_ray.video.probe import open_input
+from fusion_ray.video.probe import Media, media_name, open_input
 from fusion_ray.video.timing import FrameTimes
 
 logger = logging.getLogger(__name__)
@@ -211,7 +211,7 @@ def join_segments(
     out_path: str | Path,
     *,
     fps: Fraction,
-    audio_source: Path | None = None,
+    audio_source: Media | None = None,
     metadata: Mapping[str, str] | None = None,
     frame_times: FrameTimes | None = None,
 ) -> None:
@@ -222,7 +222,7 @@ def join_segments(
     frame_times (read_frame_times) of a variable-frame-rate video, each frame keeps its
     source timestamp instead (in the source's time base), so the output stays in sync with
     the audio; constant frame_times change nothing. The audio packets of
-    audio_source (the original video) are copied without re-encoding when MP4 can hold the
+    audio_source (the original video, a path or a seekable file object) are copied without re-encoding when MP4 can hold the
     codec (otherwise the audio is skipped with a warning). metadata becomes container tags
     (MP4 keeps the standard keys: comment, title, description, ...; libavformat overwrites
     "encoder" with its own name, so put provenance in "comment"). The file is written
@@ -255,7 +255,7 @@ def join_segments(
             if audio_source is not None:
                 audio_in = open_input(audio_source)
                 shift_s = timeline.times.start * timeline.time_base if timeline.times is not None else None
-                audio_iter = _open_audio_copy(audio_in, Path(audio_source), out, shift_s)
+                audio_iter = _open_audio_copy(audio_in, media_name(audio_source), out, shift_s)
                 if audio_iter is not None:
                     sources.append(audio_iter)
             for key, value in (metadata or {}).items():

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import IO, Any
 
 import av
 
@@ -66,8 +67,27 @@ class VideoInfo:
         return self.width, self.height
 
 
-def open_input(path: str | Path, what: str = "video") -> Any:
-    """Open a file with PyAV for reading, turning every failure into a VideoError naming it."""
+Media = str | Path | IO[bytes]
+"""A video to open: a local path, or a seekable binary file (``Storage.open_media`` of an
+object in a bucket; PyAV reads it through its own I/O)."""
+
+
+def media_name(media: Media) -> Path:
+    """What names ``media`` in messages: its path, or a file object's ``name``."""
+    if isinstance(media, str | os.PathLike):
+        return Path(media)
+    return Path(str(getattr(media, "name", "<stream>")))
+
+
+def open_input(path: Media, what: str = "video") -> Any:
+    """Open a file (or a seekable binary file object, from its start) with PyAV for reading,
+    turning every failure into a VideoError naming it."""
+    if not isinstance(path, str | os.PathLike):
+        try:
+            path.seek(0)
+            return av.open(path, mode="r")
+        except (av.FFmpegError, OSError, UnicodeDecodeError) as exc:
+            raise VideoError(f"cannot open {what} {media_name(path)}: {exc}") from exc
     path = Path(path)
     if not path.is_file():
         raise VideoError(f"cannot open {what} {path}: no such file")
@@ -114,10 +134,11 @@ def count_video_packets(container: Any, stream: Any) -> int:
     return count
 
 
-def probe(path: str | Path) -> VideoInfo:
-    """Read a video's properties. Raises VideoError (naming the file) when it cannot be read."""
-    path = Path(path)
-    container = open_input(path)
+def probe(path: Media) -> VideoInfo:
+    """Read a video's properties (of a path or a seekable file object). Raises VideoError
+    (naming the file) when it cannot be read."""
+    media, path = path, media_name(path)
+    container = open_input(media)
     try:
         stream = video_stream_of(container, path)
         ctx = stream.codec_context

@@ -17,7 +17,7 @@ from pathlib import Path
 import av
 
 from fusion_ray.errors import VideoError
-from fusion_ray.video.probe import VideoInfo, open_input, video_stream_of
+from fusion_ray.video.probe import Media, VideoInfo, media_name, open_input, video_stream_of
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class PacketIndex:
         return float((until - self.pts[0]) * self.time_base)
 
 
-def index_packets(path: str | Path) -> PacketIndex:
+def index_packets(path: Media) -> PacketIndex:
     """Demux every video packet of ``path``; empty (flush) packets are skipped.
 
     Packets at the end of the file whose data is incomplete (flagged corrupt: the file was cut
@@ -84,8 +84,8 @@ def index_packets(path: str | Path) -> PacketIndex:
     has no timestamp, when two shown packets share one (frame indices would be ambiguous) or
     when no packet is shown.
     """
-    path = Path(path)
-    container = open_input(path)
+    media, path = path, media_name(path)
+    container = open_input(media)
     shown: list[tuple[int, int, bool, bool]] = []  # (pts, end pts, keyframe, corrupt), in file order
     hidden = 0
     try:

@@ -86,3 +86,59 @@ def test_outputs_are_confined_to_the_root(tmp_path, output, ok):
         with pytest.raises(InputError, match="outside the output root"):
             confine(root / output, root)
 
+
+
+# Manifests and patterns in a bucket of the session's moto S3 server (tests/s3_server.py)
+
+
+def test_a_manifest_in_a_bucket_resolves_relative_paths_in_its_folder(s3_server, s3_bucket, tmp_path):
+    from pathlib import Path
+
+    from fusion_ray.storage import Location
+
+    storage = s3_server.storage()
+    text = "source,target,output\r\na.jpg;s3://other-bucket/b.jpg,clips/c.mp4,out/c.mp4\r\n/abs/s.jpg,t.png,t.png\r\n"
+    storage.write_bytes_atomic(f"s3://{s3_bucket}/jobs/m.csv", text.encode("utf-8-sig"))
+    items = read_manifest(f"s3://{s3_bucket}/jobs/m.csv", tmp_path, storage)
+    base = Location.parse(f"s3://{s3_bucket}/jobs")
+    assert items[0] == JobItem((base / "a.jpg", Location.parse("s3://other-bucket/b.jpg")), base / "clips/c.mp4",
+                               tmp_path / "out/c.mp4", "{}")
+    assert items[1].sources == (Path("/abs/s.jpg"),) and items[1].target == base / "t.png"
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"source": ["s.jpg"], "target": ["t.mp4"], "output": ["o.mp4"]}), sink)
+    storage.write_bytes_atomic(f"s3://{s3_bucket}/jobs/m.parquet", sink.getvalue().to_pybytes())
+    (item,) = read_manifest(f"s3://{s3_bucket}/jobs/m.parquet", tmp_path, storage)
+    assert item == JobItem((base / "s.jpg",), base / "t.mp4", tmp_path / "o.mp4", "{}")
+
+
+def test_a_manifest_in_a_bucket_is_checked_as_a_local_one(s3_server, s3_bucket, tmp_path):
+    from fusion_ray.storage import ObjectNotFoundError
+
+    storage = s3_server.storage()
+    with pytest.raises(ObjectNotFoundError, match=f"s3://{s3_bucket}/none.csv: no such file"):
+        read_manifest(f"s3://{s3_bucket}/none.csv", tmp_path, storage)
+    storage.write_bytes_atomic(f"s3://{s3_bucket}/m.csv", b"source,target\na,b\n")
+    with pytest.raises(InputError, match="lacks column"):
+        read_manifest(f"s3://{s3_bucket}/m.csv", tmp_path, storage)
+    storage.write_bytes_atomic(f"s3://{s3_bucket}/m.csv", b"source,target,output\na,b,s3://x-bucket/o.mp4\n")
+    with pytest.raises(InputError, match="outputs in a bucket are not supported yet"):
+        read_manifest(f"s3://{s3_bucket}/m.csv", tmp_path, storage)
+
+
+def test_patterns_in_a_bucket(s3_server, s3_bucket, tmp_path):
+    from fusion_ray.storage import Location
+
+    storage = s3_server.storage()
+    for key in ("faces/a.jpg", "faces/b.jpg", "faces/notes.txt", "clips/x.mp4", "clips/sub/y.mp4", "clips/z.png"):
+        storage.write_bytes_atomic(f"s3://{s3_bucket}/{key}", b"x")
+    items = expand_patterns(f"s3://{s3_bucket}/faces/*.jpg", f"s3://{s3_bucket}/clips/*.mp4",
+                            "{source_name}-{target_name}.{target_extension}", tmp_path, storage)
+    at = Location.parse(f"s3://{s3_bucket}").joinpath
+    assert items == [JobItem((at("faces/a.jpg"),), at("clips/x.mp4"), tmp_path / "a-x.mp4"),
+                     JobItem((at("faces/b.jpg"),), at("clips/x.mp4"), tmp_path / "b-x.mp4")]
+    deep = expand_patterns(f"s3://{s3_bucket}/faces/a.jpg", f"s3://{s3_bucket}/clips/**/*.mp4", "{index}.mp4",
+                           tmp_path, storage)
+    assert [i.target for i in deep] == [at("clips/sub/y.mp4"), at("clips/x.mp4")]
+    with pytest.raises(InputError, match="no file matches the target pattern"):
+        expand_patterns(f"s3://{s3_bucket}/faces/*.jpg", f"s3://{s3_bucket}/none/*.mp4", "{index}.mp4",
+                        tmp_path, storage)

@@ -225,3 +225,47 @@ def test_a_missing_or_corrupt_model_fails_its_group_at_planning(files, cfg, tmp_
     assert plan.items[0].error.startswith(f"ModelIntegrityError: model 'inswapper_128' at {swapper} does not match")
     assert plan.items[2].error.startswith("ModelError: unknown model 'no_such_embedder'")
     assert not plan_job(items[:3], cfg).runs  # nothing to run: Ray is not needed
+
+
+# Targets in a bucket of the session's moto S3 server (tests/s3_server.py)
+
+REMOTE = ["clip.mp4", "edit.mp4", "cut.mp4", "bad.mp4", "photo.png", "alpha.png", "photo.tif", "empty.png"]
+
+
+def test_targets_in_a_bucket_are_planned_as_the_same_local_files(files, cfg, s3_server, s3_bucket, tmp_path):
+    from fusion_ray.storage import Location
+
+    storage = s3_server.storage()
+    for name in REMOTE:
+        storage.publish(files["root"] / name, f"s3://{s3_bucket}/in/{name}")
+    local = plan_job([JobItem((), files["root"] / n, tmp_path / f"o-{n}") for n in REMOTE], cfg).items
+    remote = plan_job([JobItem((), Location.parse(f"s3://{s3_bucket}/in/{n}"), tmp_path / f"o-{n}") for n in REMOTE],
+                      cfg, storage=storage).items
+    for name, here, there in zip(REMOTE, local, remote, strict=True):
+        assert (there.kind, there.status, there.frame_hw, there.segments, there.expected_frames, there.format_changes) \
+            == (here.kind, here.status, here.frame_hw, here.segments, here.expected_frames, here.format_changes), name
+        assert (there.shortfall, there.frame_times) == (here.shortfall, here.frame_times), name
+        assert bool(there.error) == bool(here.error) and (name in there.error or not there.error), there.error
+        if here.video is not None:
+            assert there.video is not None and there.video.frame_count == here.video.frame_count
+            assert (there.video.fps, there.video.size_wh, there.video.has_audio) == \
+                (here.video.fps, here.video.size_wh, here.video.has_audio)
+
+
+@pytest.mark.parametrize("case", ["missing object", "wrong bucket", "wrong credentials"])
+def test_an_unreadable_target_in_a_bucket_fails_its_item_in_one_line(case, files, cfg, s3_server, s3_bucket,
+                                                                    tmp_path):
+    from fusion_ray.storage import Location, Storage, StorageConfig
+
+    s3_server.storage().publish(files["root"] / "clip.mp4", f"s3://{s3_bucket}/clip.mp4")
+    uri, storage, expected = {
+        "missing object": (f"s3://{s3_bucket}/none.mp4", s3_server.storage(), "no such file or object"),
+        "wrong bucket": ("s3://fr-no-such-bucket/clip.mp4", s3_server.storage(), "no such bucket"),
+        "wrong credentials": (f"s3://{s3_bucket}/clip.mp4",
+                              Storage(StorageConfig.from_env({**s3_server.env(), "AWS_SECRET_ACCESS_KEY": "wrong"})),
+                              "access denied"),
+    }[case]
+    good = JobItem((), files["clip"], tmp_path / "good.mp4")
+    plans = plan_job([JobItem((), Location.parse(uri), tmp_path / "o.mp4"), good], cfg, storage=storage).items
+    assert plans[0].status is ItemStatus.FAILED and plans[1].status is ItemStatus.PENDING
+    assert plans[0].error.startswith(uri) and expected in plans[0].error and "\n" not in plans[0].error
