@@ -14,11 +14,11 @@ import numpy as np
 
 from fusion_ray.core import chain
 from fusion_ray.core.facebatch import FaceBatch
+from fusion_ray.core.sources import SourceStore
 from fusion_ray.engine import Engine
 from fusion_ray.live.backend import FramePlan, Processed, StreamRefused, token_matches
 from fusion_ray.live.protocol import CLOSE_POLICY, CLOSE_UNSUPPORTED, StartMessage
 from fusion_ray.models.detector import ScrfdDetector
-from fusion_ray.serve.sources import SourceStore
 from fusion_ray.types import Frame, SourceIdentity, check_frame
 
 

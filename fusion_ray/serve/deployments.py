@@ -33,6 +33,7 @@ from fusion_ray.core.facebatch import NO_TRACK, FaceBatch
 from fusion_ray.core.layout import swap_layout
 from fusion_ray.core.modelset import ModelInfo, ModelSet
 from fusion_ray.core.redetect import CropBox, RoiResult, redetect
+from fusion_ray.core.sources import SourceStore
 from fusion_ray.core.swapper import swap_backend
 from fusion_ray.core.tracking import TrackPrediction
 from fusion_ray.models.detector import ScrfdDetector
@@ -40,7 +41,6 @@ from fusion_ray.models.enhancer import blend_crops
 from fusion_ray.serve.batching import AdaptiveWait
 from fusion_ray.serve.metrics import MetricsStore, Snapshot
 from fusion_ray.serve.settings import BatchSettings, ServeSettings
-from fusion_ray.serve.sources import SourceStore
 from fusion_ray.types import SourceIdentity
 
 log = logging.getLogger(__name__)

@@ -39,8 +39,6 @@ from fusion_ray.serve.settings import (
     parse_settings,
     read_serve_config,
 )
-from fusion_ray.serve.sources import SourceStore
-from fusion_ray.types import SourceIdentity
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -255,21 +253,6 @@ def test_inflight_limiter_refuses_and_releases():
 
 
 # ------------------------------------------------------------------ sources
-def _identity(k: int) -> SourceIdentity:
-    return SourceIdentity(embedding=None, latent=np.full(512, k, np.float32), crop=None, num_images=k)
-
-
-def test_source_store_is_a_bounded_lru():
-    store = SourceStore(2)
-    a, b = store.put(_identity(1)), store.put(_identity(2))
-    assert a != b and store.get(a).num_images == 1  # a is now the most recent
-    c = store.put(_identity(3))
-    assert store.get(b) is None and store.get(a) is not None and store.get(c) is not None
-    assert len(store) == 2 and store.evicted == 1
-    assert store.delete(a) and not store.delete(a)
-
-
-# ------------------------------------------------------------------ metrics
 def test_metrics_merge_and_exposition():
     store = MetricsStore()
     for sizes in ([1, 3], [8]):
