@@ -5,13 +5,19 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fusion_ray.cli.common import add_engine_arguments, engine_config_from_args
 from fusion_ray.cli.video import ProgressPrinter, add_pipeline_arguments, job_config, print_summary
 from fusion_ray.errors import InputError
 from fusion_ray.fsutil import check_writable_dir
+
+if TYPE_CHECKING:
+    from fusion_ray.pipeline.report import JobReport
+    from fusion_ray.storage import Location, Storage
 
 REPORT_NAME = "fusion_ray_report.json"
 
@@ -27,8 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--target-pattern", help="glob of targets, e.g. 'clips/*.mp4' or 's3://b/clips/*.mp4'")
     parser.add_argument("--output-pattern", default="{source_name}-{target_name}.{target_extension}",
                         help="output names: {index} {source_name} {target_name} {target_extension}")
-    parser.add_argument("--output-root", type=_local_root, default=Path("."),
-                        help="every output must be inside this folder (default: the current folder)")
+    parser.add_argument("--output-root", default=".",
+                        help="every output must be inside this folder or bucket prefix, e.g. s3://b/out "
+                             "(default: the current folder)")
     parser.add_argument("--force", action="store_true", help="redo items whose output exists")
     add_engine_arguments(parser)
     add_pipeline_arguments(parser)
@@ -39,12 +46,15 @@ def run(args: argparse.Namespace) -> int:
     from fusion_ray.pipeline.job import plan_job, run_plan
     from fusion_ray.pipeline.manifest import check_unique_outputs, expand_patterns, read_manifest
     from fusion_ray.pipeline.runtime import connect
-    from fusion_ray.storage import Storage, StorageConfig
+    from fusion_ray.storage import Location, Storage, StorageConfig
 
     started = time.monotonic()
     storage = Storage(StorageConfig.from_env(os.environ))  # buckets reached with the standard AWS variables
-    root = args.output_root
-    check_writable_dir(root, "output root")  # before any work: a read-only root would fail every item
+    root = _output_root(args.output_root)
+    if isinstance(root, Location):
+        storage.check_writable(root)  # a missing bucket or refused credentials: one line, before any work
+    else:
+        check_writable_dir(root, "output root")  # before any work: a read-only root would fail every item
     if args.manifest and (args.source_pattern or args.target_pattern):
         raise InputError("give either --manifest or the patterns, not both")
     if args.manifest:
@@ -55,19 +65,33 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give --manifest, or --source-pattern and --target-pattern")
     check_unique_outputs(items)
     cfg = job_config(args, engine_config_from_args(args))
-    report_path = args.report or root / REPORT_NAME
-    print(f"{len(items)} item(s); outputs under {root.resolve()}", file=sys.stderr)
+    report_path = args.report or (root / REPORT_NAME if isinstance(root, Path) else None)
+    print(f"{len(items)} item(s); outputs under {root if isinstance(root, Location) else root.resolve()}",
+          file=sys.stderr)
     plan = plan_job(items, cfg, output_root=root, force=args.force, storage=storage)  # before Ray: bad items and models fail at once
     if plan.runs:
         connect(args.address)
     report = run_plan(plan, progress=ProgressPrinter(), report_path=report_path)
     print_summary(report, time.monotonic() - started, report_path)
+    if isinstance(root, Location) and report_path is None:  # the report goes with the outputs
+        _publish_report(report, root / REPORT_NAME, storage)
     return 0 if report.counts().get("failed", 0) == 0 else 1
 
 
-def _local_root(text: str) -> Path:
-    """The output root: a local folder (``type=Path`` would turn ``s3://b/x`` into ``s3:/b/x``)."""
-    if "://" in text and not text.startswith("file://"):
-        raise argparse.ArgumentTypeError(f"{text}: an output root in a bucket is not supported yet; "
-                                         "give a local folder")
-    return Path(text.removeprefix("file://")) if text.startswith("file://") else Path(text)
+def _output_root(text: str) -> Path | Location:
+    """The output root: a local folder or a prefix in a bucket (``type=Path`` would turn
+    ``s3://b/x`` into ``s3:/b/x``); LocationError (an InputError) for a URI that is none."""
+    if "://" not in text:
+        return Path(text)
+    from fusion_ray.storage import Location
+
+    location = Location.parse(text)
+    return location.path if location.is_local else location
+
+
+def _publish_report(report: JobReport, location: Location, storage: Storage) -> None:
+    """Write the report beside the outputs in their bucket (whole or not at all)."""
+    with tempfile.TemporaryDirectory(prefix="fusion_ray_report.") as tmp:
+        report.write(Path(tmp) / REPORT_NAME)
+        storage.publish(Path(tmp) / REPORT_NAME, location)
+    print(f"report: {location}", file=sys.stderr)

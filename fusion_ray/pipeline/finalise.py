@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import shutil
+import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -52,8 +53,7 @@ def join_video(plan: ItemPlan, result: ItemResult, segment_paths: Sequence[Path]
             if info.has_audio:
                 audio = stack.enter_context((storage or Storage()).open_media(target)) \
                     if isinstance(target, Location) else target
-            join_segments(list(segment_paths), plan.output, fps=info.fps, frame_times=plan.frame_times,
-                          audio_source=audio, metadata={"comment": comment})
+            _join(plan, segment_paths, audio, comment, storage or Storage())
     except FusionRayError as exc:
         result.fail(exc)
         return
@@ -63,7 +63,30 @@ def join_video(plan: ItemPlan, result: ItemResult, segment_paths: Sequence[Path]
                         f"unchanged; first: {result.error}")
 
 
-def cleanup(videos: Iterable[ItemPlan], results: Sequence[ItemResult], writers: Sequence[Any]) -> None:
+def _join(plan: ItemPlan, segment_paths: Sequence[Path], audio: Media | None, comment: str,
+          storage: Storage) -> None:
+    """``join_segments`` into place; for an output in a bucket, the segments (in its parts
+    folder there) are copied to a local folder, joined there and the result published whole."""
+    info = plan.video
+    assert info is not None
+    if not isinstance(plan.output, Location):
+        join_segments(list(segment_paths), plan.output, fps=info.fps, frame_times=plan.frame_times,
+                      audio_source=audio, metadata={"comment": comment})
+        return
+    parts = plan.work_dir
+    assert isinstance(parts, Location)
+    with tempfile.TemporaryDirectory(prefix="fusion_ray_join.") as tmp:
+        local = [Path(tmp) / path.name for path in segment_paths]
+        for path in local:
+            path.write_bytes(storage.read_bytes(parts / path.name))
+        joined = Path(tmp) / f"joined{plan.output.suffix}"
+        join_segments(local, joined, fps=info.fps, frame_times=plan.frame_times, audio_source=audio,
+                      metadata={"comment": comment})
+        storage.publish(joined, plan.output, move=True)
+
+
+def cleanup(videos: Iterable[ItemPlan], results: Sequence[ItemResult], writers: Sequence[Any],
+            storage: Storage | None = None) -> None:
     """Abort the segments of unfinished videos, remove every parts folder, stop the writers.
 
     Each step is independent: a dead or stuck writer is logged and the cleanup goes on, so the
@@ -79,9 +102,20 @@ def cleanup(videos: Iterable[ItemPlan], results: Sequence[ItemResult], writers: 
                 except Exception as exc:
                     log.warning("cleanup: a writer could not abort the segments of %s: %s: %s",
                                 result.target, type(exc).__name__, exc)
-        shutil.rmtree(video.work_dir, ignore_errors=True)
+        _remove_parts(video, storage or Storage())
     for writer in writers:
         try:
             ray.kill(writer)
         except Exception as exc:
             log.warning("cleanup: cannot stop a segment writer: %s: %s", type(exc).__name__, exc)
+
+
+def _remove_parts(video: ItemPlan, storage: Storage) -> None:
+    """Remove a video's parts folder (local or in a bucket); a failure is logged, not raised."""
+    if not isinstance(video.work_dir, Location):
+        shutil.rmtree(video.work_dir, ignore_errors=True)
+        return
+    try:
+        storage.remove_tree(video.work_dir)
+    except FusionRayError as exc:
+        log.warning("cleanup: cannot remove %s: %s", video.work_dir, exc)

@@ -1,7 +1,8 @@
 """Job items from a manifest (CSV or Parquet) or from FaceFusion-style batch patterns.
 
 A manifest, its sources and targets, and the patterns may be local paths or URIs of objects
-in a bucket (``s3://``, ``gs://``), read and listed through ``Storage``; outputs are local.
+in a bucket (``s3://``, ``gs://``), read and listed through ``Storage``; so may outputs and
+the output root.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fusion_ray.errors import InputError
-from fusion_ray.pipeline.plan import Input, JobItem
+from fusion_ray.pipeline.plan import Input, JobItem, Output, resolve_output
 from fusion_ray.storage import Location, Storage
 
 MANIFEST_COLUMNS = ("source", "target", "output")
@@ -22,7 +23,7 @@ MANIFEST_COLUMNS = ("source", "target", "output")
 ``source`` may list several images separated by ``;``."""
 
 
-def _item(row: dict[str, object], where: str, base: Path | Location, output_root: Path) -> JobItem:
+def _item(row: dict[str, object], where: str, base: Path | Location, output_root: Output) -> JobItem:
     missing = [c for c in MANIFEST_COLUMNS if not str(row.get(c) or "").strip()]
     if missing:
         raise InputError(f"{where}: missing value(s) for {missing}")
@@ -34,12 +35,19 @@ def _item(row: dict[str, object], where: str, base: Path | Location, output_root
         raise InputError(f"{where}: options are not valid JSON: {exc}") from exc
     if not isinstance(parsed, dict):
         raise InputError(f"{where}: options must be a JSON object")
-    if "://" in str(row["output"]):
-        raise InputError(f"{where}: output {str(row['output']).strip()}: outputs in a bucket are not supported "
-                         "yet; give a local path")
-    output = Path(str(row["output"]).strip())
     return JobItem(sources, _resolve(str(row["target"]).strip(), base),
-                   output if output.is_absolute() else output_root / output, json.dumps(parsed, sort_keys=True))
+                   _output(str(row["output"]).strip(), output_root), json.dumps(parsed, sort_keys=True))
+
+
+def _output(text: str, output_root: Output) -> Output:
+    """An output URI as a Location, an absolute path as it is, else under ``output_root``."""
+    if "://" in text:
+        location = Location.parse(text)
+        return location.path if location.is_local else location
+    if isinstance(output_root, Location):
+        return Path(text).expanduser() if text.startswith(("/", "~")) else output_root / text
+    output = Path(text)
+    return output if output.is_absolute() else output_root / output
 
 
 def _resolve(path: str, base: Path | Location) -> Input:
@@ -77,7 +85,7 @@ def _remote_rows(location: Location, storage: Storage) -> list[dict[str, object]
         raise InputError(f"cannot read manifest {location}: {exc}") from exc
 
 
-def read_manifest(path: Path | str | Location, output_root: Path, storage: Storage | None = None
+def read_manifest(path: Path | str | Location, output_root: Output, storage: Storage | None = None
                   ) -> list[JobItem]:
     """Items of a ``.csv`` or ``.parquet`` manifest (a local file or an object in a bucket).
     Relative sources and targets are relative to the manifest's folder; relative outputs to
@@ -125,7 +133,7 @@ def _glob(pattern: str, storage: Storage | None) -> list[Input]:
 
 
 def expand_patterns(source_pattern: str, target_pattern: str, output_pattern: str,
-                    output_root: Path, storage: Storage | None = None) -> list[JobItem]:
+                    output_root: Output, storage: Storage | None = None) -> list[JobItem]:
     """Every source match x every target match, like FaceFusion's batch-run.
 
     ``output_pattern`` placeholders: ``{index}``, ``{source_name}``, ``{target_name}`` (file
@@ -146,8 +154,7 @@ def expand_patterns(source_pattern: str, target_pattern: str, output_pattern: st
                                          target_extension=t.suffix.lstrip("."))
         except (KeyError, IndexError, ValueError) as exc:
             raise InputError(f"bad output pattern {output_pattern!r}: unknown placeholder {exc}") from exc
-        output = Path(name)
-        items.append(JobItem((_resolved(s),), _resolved(t), output if output.is_absolute() else output_root / output))
+        items.append(JobItem((_resolved(s),), _resolved(t), _output(name, output_root)))
     return items
 
 
@@ -157,9 +164,9 @@ def _resolved(found: Input) -> Input:
 
 def check_unique_outputs(items: Sequence[JobItem]) -> None:
     """InputError when two items would write the same output."""
-    seen: dict[Path, Input] = {}
+    seen: dict[Output, Input] = {}
     for item in items:
-        key = item.output.expanduser().resolve()
+        key = resolve_output(item.output)
         if key in seen:
             raise InputError(f"two items write {key} (targets {seen[key]} and {item.target}); "
                              "use {source_name}/{index} in the output pattern")

@@ -33,6 +33,7 @@ from fusion_ray.imageio import DEFAULT_MAX_PIXELS, decode_image, format_changes
 from fusion_ray.pipeline.config import JobConfig
 from fusion_ray.pipeline.report import ItemKind, ItemResult, ItemStatus, typed_error
 from fusion_ray.storage import Location, Storage, StorageConfig
+from fusion_ray.storage import confine as confine_location
 from fusion_ray.video.encode import check_encodable, check_video_output
 from fusion_ray.video.probe import VIDEO_EXTENSIONS, VideoInfo, is_video_file, probe
 from fusion_ray.video.segments import Segment, Shortfall, find_shortfall, index_packets, segments_of
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 PARTS_SUFFIX = ".fusion_ray_parts"
 Input = Path | Location
 """A source or target: a local path, or a Location in a bucket (read through ``Storage``)."""
+Output = Path | Location
+"""An output (or the output root): a local path, or a Location in a bucket."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class JobItem:
 
     sources: tuple[Input, ...]
     target: Input
-    output: Path
+    output: Output
     options: str = "{}"
     """JSON object of engine overrides (a string, so that items stay hashable)."""
 
@@ -66,8 +69,8 @@ class ItemPlan:
 
     index: int
     item: JobItem
-    output: Path
-    """The output path, resolved."""
+    output: Output
+    """The output path, resolved (or the output's Location in a bucket)."""
     kind: ItemKind = ItemKind.UNKNOWN
     status: ItemStatus = ItemStatus.PENDING
     """``PENDING``: the item runs; ``SKIPPED`` or ``FAILED``: it does not (``error`` says why)."""
@@ -99,8 +102,8 @@ class ItemPlan:
         return sum(s.frame_count for s in self.segments) if self.kind is ItemKind.VIDEO else 1
 
     @property
-    def work_dir(self) -> Path:
-        """A video's parts folder (its segment files), beside the output."""
+    def work_dir(self) -> Output:
+        """A video's parts folder (its segment files), beside the output (in its bucket)."""
         return self.output.with_name(self.output.name + PARTS_SUFFIX)
 
     def result(self) -> ItemResult:
@@ -146,7 +149,23 @@ def confine(output: Path, root: Path | None) -> Path:
     return resolved
 
 
-def plan_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Path | None = None,
+def resolve_output(output: Output) -> Output:
+    """A local output resolved (``~``, links); an object's Location as it is."""
+    return output if isinstance(output, Location) else output.expanduser().resolve()
+
+
+def confine_output(output: Output, root: Output | None) -> Output:
+    """``confine`` for local outputs; an output in a bucket must be under a root in a bucket,
+    segment by segment (``s3://b/out2/x`` is not under ``s3://b/out``)."""
+    if not isinstance(output, Location) and not isinstance(root, Location):
+        return confine(output, root)
+    loc = output if isinstance(output, Location) else Location.parse(output.expanduser())
+    base = None if root is None else root if isinstance(root, Location) else Location.parse(root.expanduser())
+    resolved = confine_location(loc, base)
+    return resolved.path if resolved.is_local else resolved
+
+
+def plan_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Output | None = None,
              force: bool = False, storage: Storage | None = None) -> JobPlan:
     """Plan every item (see the module docstring) and group the runnable ones by options.
     Inputs in buckets are read through ``storage`` (default: the AWS SDK's own credential chain)."""
@@ -170,15 +189,19 @@ def plan_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Path | No
     return JobPlan(tuple(plans), tuple(groups), storage.config)
 
 
-def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Path | None = None,
+def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Output | None = None,
               force: bool = False, storage: Storage | None = None) -> ItemPlan:
     """One item's plan; an item that cannot run is ``SKIPPED`` or ``FAILED``, never raised."""
     storage = storage or Storage()
-    plan = ItemPlan(n, item, item.output.expanduser().resolve())
+    plan = ItemPlan(n, item, resolve_output(item.output))
     try:
-        plan = dataclasses.replace(plan, output=confine(item.output, output_root))
-        check_not_an_input(item.output, _inputs(item, cfg), what="output")  # even with force
-        if plan.output.exists() and not force:
+        plan = dataclasses.replace(plan, output=confine_output(item.output, output_root))
+        if isinstance(item.output, Location):
+            if item.output in (item.target, *item.sources):
+                raise InputError(f"output {item.output} is one of the item's inputs")
+        else:
+            check_not_an_input(item.output, _inputs(item, cfg), what="output")  # even with force
+        if _output_exists(plan.output, storage) and not force:
             return dataclasses.replace(plan, status=ItemStatus.SKIPPED)
         if isinstance(item.target, Location):
             storage.stat(item.target)  # a missing object or bucket, refused credentials: one line
@@ -186,7 +209,7 @@ def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Path | None
             raise InputError(f"file not found: {item.target}")
         if _is_video(item.target):
             plan = dataclasses.replace(plan, kind=ItemKind.VIDEO)
-            check_video_output(plan.output)  # before any work: the output would be MP4 under another name
+            check_video_output(str(plan.output))  # before any work: the output would be MP4 under another name
             return _plan_video(plan, cfg, storage)
         plan = dataclasses.replace(plan, kind=ItemKind.IMAGE)
         return _plan_image(plan, storage)
@@ -195,6 +218,10 @@ def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Path | None
         log.info("%s: %s", item.target, error)  # the item's error: the CLI prints it once
         return dataclasses.replace(plan, status=ItemStatus.FAILED, error=error,
                                    cause=exc if isinstance(exc, FusionRayError) else None)
+
+
+def _output_exists(output: Output, storage: Storage) -> bool:
+    return storage.exists(output) if isinstance(output, Location) else output.exists()
 
 
 def _inputs(item: JobItem, cfg: JobConfig) -> list[tuple[str, Path]]:

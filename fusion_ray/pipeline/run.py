@@ -34,7 +34,7 @@ from fusion_ray.pipeline.stages import stage_names
 from fusion_ray.pipeline.track_read import TrackedRead
 from fusion_ray.pipeline.tracker import SegmentKey, SegmentTracker
 from fusion_ray.pipeline.writer import ImageTarget, SegmentWriter, VideoTarget, writer_for
-from fusion_ray.storage import Storage
+from fusion_ray.storage import Location, Storage, StorageError
 from fusion_ray.types import Embedding, SourceIdentity
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class GroupRun:
             self._fail_incomplete()
         finally:
             self.report.frames += self.done_frames
-            cleanup(self.videos.values(), self.results, self.writers)
+            cleanup(self.videos.values(), self.results, self.writers, self.storage)
 
     def _prepare_outputs(self, source_of: Mapping[int, str]) -> list[ReadUnit]:
         """Each item's output folder (and a video's empty parts folder); its read units."""
@@ -107,21 +107,32 @@ class GroupRun:
         for n, item in self.items.items():
             target = str(item.item.target)
             try:
-                item.output.parent.mkdir(parents=True, exist_ok=True)
+                self._make_folders(item)
                 if item.kind is ItemKind.VIDEO:
-                    shutil.rmtree(item.work_dir, ignore_errors=True)
-                    item.work_dir.mkdir(parents=True)
                     fps = float(item.video.fps) if item.video is not None else 30.0
                     units += [ReadUnit(n, target, source_of[n], s, item.frame_hw, fps) for s in item.segments]
                 else:
                     units.append(ReadUnit(n, target, source_of[n], None, item.frame_hw))
-            except OSError as exc:
+            except (OSError, StorageError) as exc:
                 self.results[n].fail(exc)
         return units
 
+    def _make_folders(self, item: ItemPlan) -> None:
+        """The output's folder and a video's empty parts folder; in a bucket there are no
+        folders to make, only the parts of an earlier run to remove."""
+        work_dir = item.work_dir
+        if isinstance(item.output, Location) or isinstance(work_dir, Location):
+            if item.kind is ItemKind.VIDEO:
+                self.storage.remove_tree(work_dir)
+            return
+        item.output.parent.mkdir(parents=True, exist_ok=True)
+        if item.kind is ItemKind.VIDEO:
+            shutil.rmtree(work_dir, ignore_errors=True)
+            work_dir.mkdir(parents=True)
+
     def _start_writers(self) -> None:
         pipeline = self.cfg.pipeline
-        targets = {n: VideoTarget(v.video.fps, v.video.width, v.video.height, str(v.work_dir))
+        targets = {n: VideoTarget(v.video.fps, v.video.width, v.video.height, str(v.work_dir), self.storage.config)
                    for n, v in self.videos.items() if v.video is not None}
         # Spread over the nodes (as Ray Data spreads its tasks), so that encoding scales out with them.
         writer_cls = ray.remote(SegmentWriter).options(num_cpus=pipeline.writer_num_cpus, scheduling_strategy="SPREAD")
@@ -131,7 +142,7 @@ class GroupRun:
 
     def _sink(self) -> Sink:
         segments = {(n, s.index): (s.start_frame, s.frame_count) for n, v in self.videos.items() for s in v.segments}
-        images = {n: ImageTarget(str(p.output), _image_metadata(self.metadata, p))
+        images = {n: ImageTarget(str(p.output), _image_metadata(self.metadata, p), self.storage.config)
                   for n, p in self.items.items() if p.kind is ItemKind.IMAGE}
         return Sink(self.writers, segments, images)
 

@@ -16,7 +16,9 @@ job counts them.
 from __future__ import annotations
 
 import logging
+import os
 import queue
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,9 +29,10 @@ from typing import Any
 import numpy as np
 
 from fusion_ray.imageio import encode_image, write_bytes_atomic
-from fusion_ray.pipeline.datasource import alpha_plane
+from fusion_ray.pipeline.datasource import alpha_plane, is_remote
 from fusion_ray.pipeline.stages import Batch, Stage, num_rows
 from fusion_ray.pipeline.tracker import SegmentKey
+from fusion_ray.storage import Storage, StorageConfig
 from fusion_ray.video.encode import EncodeOptions, encode_segment
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,9 @@ class VideoTarget:
     width: int
     height: int
     work_dir: str
+    """The parts folder: a local path, or a URI (segments are encoded to a local file, then
+    published there whole)."""
+    storage: StorageConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,8 @@ class ImageTarget:
 
     output_path: str
     metadata: Mapping[str, str]
+    storage: StorageConfig | None = None
+    """Settings of the store an ``output_path`` URI names."""
 
 
 @dataclass
@@ -66,6 +74,8 @@ class _OpenSegment:
     pending: dict[int, np.ndarray] = field(default_factory=dict)
     error: BaseException | None = None
     written: int = 0
+    published: str | None = None
+    """Where the finished local file goes (a URI in the parts folder in a bucket)."""
 
 
 def segment_path(work_dir: str, key: SegmentKey) -> Path:
@@ -84,9 +94,14 @@ class SegmentWriter:
 
     def _start(self, key: SegmentKey, start_frame: int, frame_count: int) -> _OpenSegment:
         target = self.targets[key[0]]
-        path = segment_path(target.work_dir, key)
+        path, published = segment_path(target.work_dir, key), None
+        if is_remote(target.work_dir):
+            fd, name = tempfile.mkstemp(prefix=".fusion_ray_segment.", suffix=".mp4")
+            os.close(fd)
+            path, published = Path(name), f"{target.work_dir}/{segment_path('.', key).name}"
         frames: queue.Queue[Any] = queue.Queue(maxsize=self.max_queue)
-        state = _OpenSegment(path, start_frame, start_frame, start_frame + frame_count, frames, threading.Thread())
+        state = _OpenSegment(path, start_frame, start_frame, start_frame + frame_count, frames, threading.Thread(),
+                             published=published)
 
         ended = threading.Event()
 
@@ -102,8 +117,12 @@ class SegmentWriter:
             try:
                 state.written = encode_segment(feed(), path, fps=target.fps, width=target.width,
                                                height=target.height, options=self.options)
+                if published is not None:
+                    Storage(target.storage).publish(path, published, move=True)
             except BaseException as exc:  # reported by finish()
                 state.error = exc
+                if published is not None:
+                    path.unlink(missing_ok=True)
                 while not ended.is_set() and frames.get() is not _END:  # drain: producers never block
                     pass
 
@@ -150,7 +169,7 @@ class SegmentWriter:
         state.thread.join()
         if state.error is not None:
             raise RuntimeError(f"segment {key}: encoding failed: {state.error}") from state.error
-        return str(state.path), state.written
+        return state.published or str(state.path), state.written
 
     def abort(self, keys: Sequence[SegmentKey]) -> None:
         """Stop and forget segments (of a failed item); their partial files are removed."""
@@ -223,6 +242,9 @@ class EncodeStage(Stage):
             frame = np.asarray(batch["frame"][row])
             alpha = alpha_plane(batch["alpha"][row], frame)  # decoded with the frame by the read task
             data = encode_image(frame, output.suffix, alpha=alpha, metadata=target.metadata)
-            write_bytes_atomic(output, data, force=True)
+            if is_remote(target.output_path):
+                Storage(target.storage).write_bytes_atomic(target.output_path, data)  # whole or not at all
+            else:
+                write_bytes_atomic(output, data, force=True)
         except Exception as exc:
             errors[row] = f"{self.name}: {type(exc).__name__}: {exc}"

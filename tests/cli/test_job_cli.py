@@ -1,5 +1,6 @@
 """``fusion-ray job``: what is refused before any work (and before Ray starts)."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -48,12 +49,31 @@ def test_a_manifest_in_a_bucket_is_read_with_the_aws_environment(tmp_path, s3_se
     assert proc.stdout.split() == ["2", "False"], proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"error: s3://{s3_bucket}/jobs/m.csv: access denied to read")
+    # An output root in the bucket: the report is published there, beside the outputs.
+    proc = subprocess.run([sys.executable, "-c", RAY_STARTED, "job", "--manifest", f"s3://{s3_bucket}/jobs/m.csv",
+                           "--output-root", f"s3://{s3_bucket}/out", "--providers", "cpu"], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.stdout.split() == ["1", "False"], proc.stderr
+    assert f"report: s3://{s3_bucket}/out/fusion_ray_report.json" in proc.stderr.splitlines()
+    report = json.loads(storage.read_bytes(f"s3://{s3_bucket}/out/fusion_ray_report.json"))
+    assert report["counts"] == {"failed": 1} and report["items"][0]["output"] == f"s3://{s3_bucket}/out/gone.mp4"
 
 
-def test_an_output_root_in_a_bucket_is_refused_for_now(capsys):
-    from fusion_ray.cli import main
+@pytest.mark.parametrize("case", ["wrong bucket", "wrong credentials", "not a bucket name"])
+def test_an_output_root_in_a_bucket_that_cannot_be_written_is_one_line_before_ray(case, s3_server, s3_bucket,
+                                                                                   images_dir):
+    import os
 
-    with pytest.raises(SystemExit) as exit_info:
-        main(["job", "--manifest", "m.csv", "--output-root", "s3://some-bucket/out"])
-    assert exit_info.value.code == 2
-    assert "s3://some-bucket/out: an output root in a bucket is not supported yet" in capsys.readouterr().err
+    root, env, expected = {
+        "wrong bucket": ("s3://fr-no-such-bucket/out", s3_server.env(), "no such bucket"),
+        "wrong credentials": (f"s3://{s3_bucket}/out", {**s3_server.env(), "AWS_SECRET_ACCESS_KEY": "wrong"},
+                              "access denied to write"),
+        "not a bucket name": ("s3://Not_A_Bucket/out", s3_server.env(), "invalid bucket name"),
+    }[case]
+    proc = subprocess.run([sys.executable, "-c", RAY_STARTED, "job", "--source-pattern", str(images_dir / "biden.jpg"),
+                           "--target-pattern", str(images_dir / "obama.jpg"), "--output-root", root,
+                           "--providers", "cpu"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env})
+    assert proc.stdout.split() == ["2", "False"], proc.stderr
+    (line,) = [line for line in proc.stderr.strip().splitlines() if line.startswith("error") or "error:" in line]
+    assert expected in line and (root in line or case == "wrong bucket"), line

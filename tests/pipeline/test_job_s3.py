@@ -16,6 +16,7 @@ from fusion_ray.imageio import read_image
 from fusion_ray.pipeline.config import JobConfig, PipelineConfig
 from fusion_ray.pipeline.job import JobItem, run_job
 from fusion_ray.pipeline.manifest import read_manifest
+from fusion_ray.storage import Location
 from fusion_ray.video import EncodeOptions, decode_all, make_test_video, probe
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -72,3 +73,23 @@ def test_inputs_in_a_bucket_give_the_outputs_of_local_inputs(media, job_cfg, s3_
     swapped = read_image(there / "still.png").frame
     assert np.array_equal(read_image(here / "still.png").frame, swapped)
     assert not np.array_equal(swapped, read_image(media / "still.png").frame)  # the face was swapped
+
+    # The output root in the bucket: the outputs appear there whole, the parts folder is gone.
+    root = Location.parse(f"s3://{s3_bucket}/out")
+    items = read_manifest(f"s3://{s3_bucket}/data/job.csv", root, storage)
+    assert items[0].output == root / "clip.mp4"
+    in_bucket = run_job(items, job_cfg, output_root=root, storage=storage)
+    assert [i.status for i in in_bucket.items] == ["done", "done", "failed"], [i.error for i in in_bucket.items]
+    assert in_bucket.items[0].output == f"s3://{s3_bucket}/out/clip.mp4"
+    assert storage.glob(f"s3://{s3_bucket}/out/**") == [root / "clip.mp4", root / "still.png"]
+    fetched = tmp_path / "fetched"
+    fetched.mkdir()
+    for name in ("clip.mp4", "still.png"):
+        (fetched / name).write_bytes(storage.read_bytes(root / name))
+    c = probe(fetched / "clip.mp4")
+    assert c.frame_count == 24 and c.has_audio and c.audio_duration_s == pytest.approx(a.audio_duration_s, abs=1e-3)
+    for x, y in zip(decode_all(here / "clip.mp4"), decode_all(fetched / "clip.mp4"), strict=True):
+        assert np.array_equal(x.frame, y.frame), x.index
+    assert np.array_equal(read_image(fetched / "still.png").frame, swapped)
+    rerun = run_job(items, job_cfg, output_root=root, storage=storage)  # finished outputs in the bucket are skipped
+    assert [i.status for i in rerun.items] == ["skipped", "skipped", "failed"]

@@ -120,9 +120,23 @@ def test_a_manifest_in_a_bucket_is_checked_as_a_local_one(s3_server, s3_bucket, 
     storage.write_bytes_atomic(f"s3://{s3_bucket}/m.csv", b"source,target\na,b\n")
     with pytest.raises(InputError, match="lacks column"):
         read_manifest(f"s3://{s3_bucket}/m.csv", tmp_path, storage)
-    storage.write_bytes_atomic(f"s3://{s3_bucket}/m.csv", b"source,target,output\na,b,s3://x-bucket/o.mp4\n")
-    with pytest.raises(InputError, match="outputs in a bucket are not supported yet"):
-        read_manifest(f"s3://{s3_bucket}/m.csv", tmp_path, storage)
+
+
+
+def test_outputs_in_a_bucket(s3_server, s3_bucket, tmp_path):
+    from fusion_ray.storage import Location
+
+    storage = s3_server.storage()
+    storage.write_bytes_atomic(f"s3://{s3_bucket}/m.csv", b"source,target,output\na,b,s3://x-bucket/o.mp4\na,c,d/c.mp4\n")
+    root = Location.parse(f"s3://{s3_bucket}/out")
+    first, second = read_manifest(f"s3://{s3_bucket}/m.csv", root, storage)
+    assert first.output == Location.parse("s3://x-bucket/o.mp4") and second.output == root / "d/c.mp4"
+    storage.write_bytes_atomic(f"s3://{s3_bucket}/faces/a.jpg", b"x")
+    (item,) = expand_patterns(f"s3://{s3_bucket}/faces/*.jpg", f"s3://{s3_bucket}/faces/*.jpg",
+                              "{source_name}/{target_name}.png", root, storage)
+    assert item.output == root / "a/a.png"
+    with pytest.raises(InputError, match="two items write"):
+        check_unique_outputs([item, JobItem((), tmp_path / "t.png", root / "a/a.png")])
 
 
 def test_patterns_in_a_bucket(s3_server, s3_bucket, tmp_path):

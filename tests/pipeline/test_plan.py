@@ -269,3 +269,23 @@ def test_an_unreadable_target_in_a_bucket_fails_its_item_in_one_line(case, files
     plans = plan_job([JobItem((), Location.parse(uri), tmp_path / "o.mp4"), good], cfg, storage=storage).items
     assert plans[0].status is ItemStatus.FAILED and plans[1].status is ItemStatus.PENDING
     assert plans[0].error.startswith(uri) and expected in plans[0].error and "\n" not in plans[0].error
+
+
+def test_outputs_in_a_bucket_stay_under_the_root_and_existing_ones_are_skipped(files, cfg, s3_server, s3_bucket):
+    from fusion_ray.storage import Location
+
+    storage = s3_server.storage()
+    root = Location.parse(f"s3://{s3_bucket}/out")
+    storage.write_bytes_atomic(root / "done.png", b"already there")
+    photo = files["root"] / "photo.png"
+    plans = plan_job([JobItem((), photo, root / "new.png"), JobItem((), photo, root / "done.png"),
+                      JobItem((), photo, Location.parse(f"s3://{s3_bucket}/out2/x.png")),
+                      JobItem((), photo, files["root"] / "o/local.png"),
+                      JobItem((), files["clip"], root / "clip.mkv")], cfg, output_root=root, storage=storage).items
+    assert [p.status for p in plans] == [ItemStatus.PENDING, ItemStatus.SKIPPED, ItemStatus.FAILED,
+                                         ItemStatus.FAILED, ItemStatus.FAILED]
+    assert plans[0].output == root / "new.png" and plans[0].frame_hw == (300, 200)
+    assert "outside the output root" in plans[2].error and "outside the output root" in plans[3].error
+    assert "must end in .mp4" in plans[4].error
+    clip = plan_job([JobItem((), files["clip"], root / "c.mp4")], cfg, output_root=root, storage=storage).items[0]
+    assert clip.runs and clip.work_dir == root / "c.mp4.fusion_ray_parts"
