@@ -245,9 +245,12 @@ def _plan_video(plan: ItemPlan, cfg: JobConfig, storage: Storage) -> ItemPlan:
     A video in a bucket is read by ranges (``Storage.open_media``), never downloaded whole."""
     target = plan.item.target
     if isinstance(target, Location):
-        with storage.open_media(target) as media:
-            info = probe(media)
-            index = index_packets(media)
+        try:
+            with storage.open_media(target) as media:
+                info = probe(media)
+                index = index_packets(media)
+        except VideoError as exc:  # FFmpeg names the object bucket/key: lead with its URI
+            raise VideoError(f"{target}: {exc}") from exc
     else:
         info = probe(target)
         index = index_packets(target)

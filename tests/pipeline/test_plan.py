@@ -245,7 +245,8 @@ def test_targets_in_a_bucket_are_planned_as_the_same_local_files(files, cfg, s3_
         assert (there.kind, there.status, there.frame_hw, there.segments, there.expected_frames, there.format_changes) \
             == (here.kind, here.status, here.frame_hw, here.segments, here.expected_frames, here.format_changes), name
         assert (there.shortfall, there.frame_times) == (here.shortfall, here.frame_times), name
-        assert bool(there.error) == bool(here.error) and (name in there.error or not there.error), there.error
+        assert bool(there.error) == bool(here.error), there.error
+        assert there.error.startswith(f"s3://{s3_bucket}/in/{name}") or not there.error, there.error
         if here.video is not None:
             assert there.video is not None and there.video.frame_count == here.video.frame_count
             assert (there.video.fps, there.video.size_wh, there.video.has_audio) == \
