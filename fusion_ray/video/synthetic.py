@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import av
 import cv2
@@ -129,63 +130,95 @@ def make_test_video(
     if width <= 0 or height <= 0:
         raise ValueError(f"size_wh must be positive, got {size_wh}")
     gop = gop if gop is not None else max(1, round(fps))
-    times = [Fraction(t) for t in frame_times] if frame_times is not None else [i / fps for i in range(n_frames)]
-    if len(times) != n_frames or any(b <= a for a, b in zip(times, times[1:], strict=False)) or times[0] < 0:
-        raise ValueError("frame_times must be n_frames increasing times from 0")
-    time_base = Fraction(1, 90000) if frame_times is not None else 1 / fps
-    rng = np.random.default_rng(seed)
-    background = _background(size_wh, rng)
-    face_src = face_image if face_image is not None else _cartoon_face(height)
-    if face_src.ndim != 3 or face_src.shape[2] != 3 or face_src.dtype != np.uint8:
-        raise ValueError(
-            f"face_image must be BGR uint8 HxWx3, got {face_src.dtype} {face_src.shape}")
-    face = _fit_face(face_src, size_wh)
-    hidden = set(no_face_frames)
-
+    times, time_base = _clip_times(n_frames, fps, frame_times)
+    background = _background(size_wh, np.random.default_rng(seed))
+    face = _fit_face(_face_source(face_image, height), size_wh)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with av.open(str(path), mode="w") as out:
-            vstream = out.add_stream(
-                "libx264", rate=fps,
-                options={"crf": "20", "preset": "veryfast", "g": str(gop),
-                         "keyint_min": str(gop), "sc_threshold": "0"},
-            )
-            vstream.width = width
-            vstream.height = height
-            vstream.pix_fmt = "yuv420p" if width % 2 == 0 and height % 2 == 0 else "yuv444p"
-            vstream.time_base = time_base
-            vstream.codec_context.time_base = time_base
-            vstream.codec_context.thread_count = 2
-            astream = None
-            if audio:
-                astream = out.add_stream("aac", rate=AUDIO_SAMPLE_RATE, layout="mono")
-            total_samples = int(round((times[-1] + 1 / fps) * AUDIO_SAMPLE_RATE))
-            samples_done = 0
-            for i in range(n_frames):
-                img = render_frame(i, n_frames=n_frames, background=background,
-                                   face=None if i in hidden else face)
-                vframe = av.VideoFrame.from_ndarray(img, format="bgr24")
-                vframe.pts = round(times[i] / time_base)
-                vframe.time_base = time_base
-                out.mux(vstream.encode(vframe))
-                if astream is not None:
-                    # Keep audio level with video so the muxer interleaves without buffering;
-                    # full 1024-sample AAC frames, the remainder after the last video frame.
-                    last = i == n_frames - 1
-                    until = total_samples if last else int(times[i + 1] * AUDIO_SAMPLE_RATE)
-                    while samples_done < until and (
-                        last or samples_done + _AAC_FRAME_SIZE <= until
-                    ):
-                        count = min(_AAC_FRAME_SIZE, total_samples - samples_done)
-                        out.mux(astream.encode(_tone(samples_done, count)))
-                        samples_done += count
-            out.mux(vstream.encode(None))
-            if astream is not None:
-                out.mux(astream.encode(None))
+            _encode_clip(out, background=background, face=face, hidden=set(no_face_frames),
+                         times=times, time_base=time_base, fps=fps, gop=gop, audio=audio)
     except (av.FFmpegError, OSError) as exc:
         raise VideoError(f"cannot write test video {path}: {exc}") from exc
     logger.debug("wrote synthetic clip %s (%d frames at %s fps)", path, n_frames, fps)
     return path
+
+
+def _encode_clip(out: Any, *, background: np.ndarray, face: np.ndarray, hidden: set[int],
+                 times: Sequence[Fraction], time_base: Fraction, fps: Fraction, gop: int,
+                 audio: bool) -> None:
+    """Encode and mux every frame (each at its time) and, with ``audio``, the tone beside it."""
+    height, width = background.shape[:2]
+    n_frames = len(times)
+    vstream = _add_video_stream(out, fps, gop, (width, height), time_base)
+    astream = out.add_stream("aac", rate=AUDIO_SAMPLE_RATE, layout="mono") if audio else None
+    total_samples = int(round((times[-1] + 1 / fps) * AUDIO_SAMPLE_RATE))
+    samples_done = 0
+    for i in range(n_frames):
+        img = render_frame(i, n_frames=n_frames, background=background,
+                           face=None if i in hidden else face)
+        vframe = av.VideoFrame.from_ndarray(img, format="bgr24")
+        vframe.pts = round(times[i] / time_base)
+        vframe.time_base = time_base
+        out.mux(vstream.encode(vframe))
+        if astream is not None:
+            last = i == n_frames - 1
+            until = total_samples if last else int(times[i + 1] * AUDIO_SAMPLE_RATE)
+            samples_done = _mux_tone(out, astream, samples_done, until, total_samples, last)
+    out.mux(vstream.encode(None))
+    if astream is not None:
+        out.mux(astream.encode(None))
+
+
+def _clip_times(n_frames: int, fps: Fraction, frame_times: Sequence[Fraction] | None
+                ) -> tuple[list[Fraction], Fraction]:
+    """Each frame's time in seconds (validated) and the video time base (1/90000 or 1/fps)."""
+    times = [Fraction(t) for t in frame_times] if frame_times is not None else [i / fps for i in range(n_frames)]
+    if len(times) != n_frames or any(b <= a for a, b in zip(times, times[1:], strict=False)) or times[0] < 0:
+        raise ValueError("frame_times must be n_frames increasing times from 0")
+    time_base = Fraction(1, 90000) if frame_times is not None else 1 / fps
+    return times, time_base
+
+
+def _face_source(face_image: np.ndarray | None, height: int) -> np.ndarray:
+    """The face photo (checked to be BGR uint8), or a cartoon face when None."""
+    face_src = face_image if face_image is not None else _cartoon_face(height)
+    if face_src.ndim != 3 or face_src.shape[2] != 3 or face_src.dtype != np.uint8:
+        raise ValueError(
+            f"face_image must be BGR uint8 HxWx3, got {face_src.dtype} {face_src.shape}")
+    return face_src
+
+
+def _add_video_stream(out: Any, fps: Fraction, gop: int, size_wh: tuple[int, int],
+                      time_base: Fraction) -> Any:
+    """An H.264 stream with a fixed keyframe interval (gop frames) and the given time base."""
+    width, height = size_wh
+    vstream = out.add_stream(
+        "libx264", rate=fps,
+        options={"crf": "20", "preset": "veryfast", "g": str(gop),
+                 "keyint_min": str(gop), "sc_threshold": "0"},
+    )
+    vstream.width = width
+    vstream.height = height
+    vstream.pix_fmt = "yuv420p" if width % 2 == 0 and height % 2 == 0 else "yuv444p"
+    vstream.time_base = time_base
+    vstream.codec_context.time_base = time_base
+    vstream.codec_context.thread_count = 2
+    return vstream
+
+
+def _mux_tone(out: Any, astream: Any, samples_done: int, until: int, total_samples: int,
+              last: bool) -> int:
+    """Encode and mux tone samples up to ``until``; returns the new number of samples done.
+
+    Keeps audio level with video so the muxer interleaves without buffering: full
+    1024-sample AAC frames, the remainder after the last video frame (``last``).
+    """
+    while samples_done < until and (last or samples_done + _AAC_FRAME_SIZE <= until):
+        count = min(_AAC_FRAME_SIZE, total_samples - samples_done)
+        out.mux(astream.encode(_tone(samples_done, count)))
+        samples_done += count
+    return samples_done
 
 
 def _tone(start: int, count: int) -> av.AudioFrame:
