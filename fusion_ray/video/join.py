@@ -233,11 +233,7 @@ def join_segments(
     check_video_output(out_path)
     paths = [Path(p) for p in segment_paths]
     fps = Fraction(fps)
-    if not paths:
-        raise VideoError(f"cannot write {out_path}: no segments to join")
-    for path in paths:
-        if not path.is_file():
-            raise VideoError(f"cannot join into {out_path}: segment {path} does not exist")
+    _check_segments_exist(paths, out_path)
 
     plans = _plan_join(paths, fps)
     timeline = _timeline(plans, fps, frame_times, out_path)
@@ -254,14 +250,10 @@ def join_segments(
             sources = [_video_packets(plans, fps, out_video, timeline)]
             if audio_source is not None:
                 audio_in = open_input(audio_source)
-                shift_s = timeline.times.start * timeline.time_base if timeline.times is not None else None
-                audio_iter = _open_audio_copy(audio_in, media_name(audio_source), out, shift_s)
+                audio_iter = _joined_audio(audio_in, audio_source, out, timeline)
                 if audio_iter is not None:
                     sources.append(audio_iter)
-            for key, value in (metadata or {}).items():
-                out.metadata[key] = value
-            for _, packet in heapq.merge(*sources, key=lambda item: item[0]):
-                out.mux(packet)
+            _mux_merged(out, sources, metadata)
     except (av.FFmpegError, OSError) as exc:
         raise VideoError(f"cannot write {out_path}: {exc}") from exc
     finally:
@@ -270,6 +262,31 @@ def join_segments(
             audio_in.close()
     logger.debug("joined %d segments (%d frames) into %s", len(paths),
                  sum(plan.frame_count for plan in plans), out_path)
+
+
+def _check_segments_exist(paths: Sequence[Path], out_path: Path) -> None:
+    """VideoError unless there is at least one segment and every segment is a file."""
+    if not paths:
+        raise VideoError(f"cannot write {out_path}: no segments to join")
+    for path in paths:
+        if not path.is_file():
+            raise VideoError(f"cannot join into {out_path}: segment {path} does not exist")
+
+
+def _joined_audio(audio_in: Any, audio_source: Media, out: Any, timeline: _Timeline
+                  ) -> Iterator[tuple[Fraction, Any]] | None:
+    """The source's audio copied into ``out``, shifted to a variable-rate timeline's start."""
+    shift_s = timeline.times.start * timeline.time_base if timeline.times is not None else None
+    return _open_audio_copy(audio_in, media_name(audio_source), out, shift_s)
+
+
+def _mux_merged(out: Any, sources: Sequence[Iterator[tuple[Fraction, Any]]],
+                metadata: Mapping[str, str] | None) -> None:
+    """Set the container tags, then mux every source's packets in order of decode time."""
+    for key, value in (metadata or {}).items():
+        out.metadata[key] = value
+    for _, packet in heapq.merge(*sources, key=lambda item: item[0]):
+        out.mux(packet)
 
 
 def _open_audio_copy(source: Any, source_path: Path, out: Any, shift_s: Fraction | None = None
