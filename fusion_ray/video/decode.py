@@ -93,44 +93,12 @@ def _decode(media: Media, segment: Segment | None, *, seek_to: float | None, thr
         stream.thread_type = "AUTO"
         if threads > 0:
             stream.codec_context.thread_count = threads
-        time_base = Fraction(stream.time_base)
-        origin = stream.start_time or 0
-        start_pts = segment.start_pts if segment is not None else None
-        end_pts = segment.end_pts if segment is not None else None
-        next_index = segment.start_frame if segment is not None else 0
         emitted = 0
-        last_pts: int | None = None
         try:
-            if seek_to is not None and start_pts is not None:
-                target = start_pts - round(Fraction(seek_to) / time_base)
-                container.seek(max(target, origin), stream=stream, backward=True,
-                               any_frame=False)
-            for frame in _frames(container, stream):
-                pts = frame.pts
-                if pts is None:
-                    raise VideoError(f"decoded frame without timestamp in {path}")
-                if start_pts is not None and pts < start_pts:
-                    continue
-                if emitted == 0 and start_pts is not None and pts > start_pts:
-                    if seek_to is not None:
-                        raise _SeekOvershoot()
-                    raise VideoError(
-                        f"cannot decode the frame at pts {start_pts} of {path} "
-                        f"(first decodable frame is at pts {pts})")
-                if end_pts is not None and pts >= end_pts:
-                    break
-                if last_pts is not None and pts <= last_pts:
-                    logger.warning("non-increasing frame pts %d after %d in %s; skipped",
-                                   pts, last_pts, path)
-                    continue
-                last_pts = pts
-                yield DecodedFrame(
-                    frame=frame.to_ndarray(format="bgr24"),
-                    index=next_index,
-                    pts=pts,
-                    time_s=float((pts - origin) * time_base),
-                )
-                next_index += 1
+            if seek_to is not None and segment is not None:
+                _seek_before(container, stream, segment.start_pts, seek_to)
+            for decoded in _frames_from(container, stream, segment, path, seeking=seek_to is not None):
+                yield decoded
                 emitted += 1
         except av.FFmpegError as exc:
             raise VideoError(f"cannot decode video {path}: {exc}") from exc
@@ -142,6 +110,56 @@ def _decode(media: Media, segment: Segment | None, *, seek_to: float | None, thr
                 f"decoded {emitted}")
     finally:
         container.close()
+
+
+def _seek_before(container: Any, stream: Any, start_pts: int, seek_to: float) -> None:
+    """Seek to the keyframe at or before ``seek_to`` seconds before ``start_pts``."""
+    origin = stream.start_time or 0
+    target = start_pts - round(Fraction(seek_to) / Fraction(stream.time_base))
+    container.seek(max(target, origin), stream=stream, backward=True, any_frame=False)
+
+
+def _frames_from(container: Any, stream: Any, segment: Segment | None, path: Path, *, seeking: bool
+                 ) -> Iterator[DecodedFrame]:
+    """The frames of [segment.start_pts, segment.end_pts) (all when None) in increasing pts.
+
+    Raises _SeekOvershoot (``seeking``) or VideoError when the first frame at or after
+    start_pts is not at start_pts; frames whose pts does not increase are skipped (logged).
+    """
+    time_base = Fraction(stream.time_base)
+    origin = stream.start_time or 0
+    start_pts = segment.start_pts if segment is not None else None
+    end_pts = segment.end_pts if segment is not None else None
+    next_index = segment.start_frame if segment is not None else 0
+    emitted = 0
+    last_pts: int | None = None
+    for frame in _frames(container, stream):
+        pts = frame.pts
+        if pts is None:
+            raise VideoError(f"decoded frame without timestamp in {path}")
+        if start_pts is not None and pts < start_pts:
+            continue
+        if emitted == 0 and start_pts is not None and pts > start_pts:
+            if seeking:
+                raise _SeekOvershoot()
+            raise VideoError(
+                f"cannot decode the frame at pts {start_pts} of {path} "
+                f"(first decodable frame is at pts {pts})")
+        if end_pts is not None and pts >= end_pts:
+            break
+        if last_pts is not None and pts <= last_pts:
+            logger.warning("non-increasing frame pts %d after %d in %s; skipped",
+                           pts, last_pts, path)
+            continue
+        last_pts = pts
+        yield DecodedFrame(
+            frame=frame.to_ndarray(format="bgr24"),
+            index=next_index,
+            pts=pts,
+            time_s=float((pts - origin) * time_base),
+        )
+        next_index += 1
+        emitted += 1
 
 
 def _frames(container: Any, stream: Any) -> Iterator[Any]:
