@@ -43,9 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
+    from fusion_ray.cli.common import connect_ray
     from fusion_ray.pipeline.job import plan_job, run_plan
     from fusion_ray.pipeline.manifest import check_unique_outputs, expand_patterns, read_manifest
-    from fusion_ray.pipeline.runtime import connect
     from fusion_ray.storage import Location, Storage, StorageConfig
 
     started = time.monotonic()
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr)
     plan = plan_job(items, cfg, output_root=root, force=args.force, storage=storage)  # before Ray: bad items and models fail at once
     if plan.runs:
-        connect(args.address)
+        connect_ray(args.address)
     report = run_plan(plan, progress=ProgressPrinter(), report_path=report_path)
     print_summary(report, time.monotonic() - started, report_path)
     if isinstance(root, Location) and report_path is None:  # the report goes with the outputs
