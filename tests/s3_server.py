@@ -28,6 +28,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from fusion_ray.storage import Storage, StorageConfig
+from tests.procs import free_port
 
 _AUTH_SETUP_REQUESTS = 3
 """create_user, create_access_key, put_user_policy: the requests moto lets through unsigned."""
@@ -61,11 +62,6 @@ class S3Server:
         return name
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
 
 def _wait_until_listening(process: subprocess.Popen[bytes], port: int, log: Path) -> None:
     deadline = time.monotonic() + _START_TIMEOUT_S
@@ -96,7 +92,7 @@ def _create_credentials(endpoint_url: str) -> tuple[str, str]:
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """moto's S3 server (``moto[server]``, a dev dependency) for the whole session."""
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("moto") / "server.log"
     env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(_AUTH_SETUP_REQUESTS)}
     with log.open("wb") as out:

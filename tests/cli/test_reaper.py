@@ -19,19 +19,12 @@ import pytest
 
 from fusion_ray.imageio import read_image
 from fusion_ray.video.synthetic import make_test_video
+from tests.procs import alive
 
 pytestmark = pytest.mark.ray
 
 FUSION_RAY = Path(sys.executable).with_name("fusion-ray")
 
-
-def _alive(processes: list[psutil.Process]) -> list[str]:
-    names = []
-    for p in processes:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                names.append(f"{p.pid} {' '.join(p.cmdline())[:100]}")
-    return names
 
 
 def _ray_children(pid: int) -> list[psutil.Process]:
@@ -65,9 +58,9 @@ def test_kill_9_of_a_video_swap_leaves_no_ray_process_behind(tmp_path, images_di
         proc.kill()
         proc.wait(timeout=30)
         deadline = time.monotonic() + 15
-        while _alive(ray_processes) and time.monotonic() < deadline:
+        while alive(ray_processes) and time.monotonic() < deadline:
             time.sleep(0.5)
-        left = _alive(ray_processes)
+        left = alive(ray_processes)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -4,12 +4,10 @@ restarted, interrupted, corrupt, missing, unreachable, already present."""
 from __future__ import annotations
 
 import hashlib
-import random
 import re
 import socket
 import threading
 import urllib.request
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,26 +25,8 @@ from fusion_ray.models.hashes import (
     write_hash_record,
 )
 from fusion_ray.models.registry import get_spec
-from fusion_ray.models.store import LocatedModel, ModelStore
-
-NAME = "inswapper_128"
-CHUNK = 16 * 1024
-PAYLOAD = random.Random(1234).randbytes(100_000)  # about 7 chunks
-
-
-def crc_of(data: bytes) -> str:
-    return format(zlib.crc32(data) & 0xFFFFFFFF, "08x")
-
-
-def make_store(root: Path, **kwargs: Any) -> ModelStore:
-    return ModelStore(root, chunk_size=CHUNK, timeout_s=5.0, **kwargs)
-
-
-def place(store: ModelStore, data: bytes = PAYLOAD, name: str = NAME) -> Path:
-    path = store.path_for(name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    return path
+from fusion_ray.models.store import LocatedModel
+from tests.models.store_helpers import NAME, PAYLOAD, crc_of, make_store, place
 
 
 @dataclass

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import shutil
-import socket
 import urllib.request
 from fractions import Fraction
 from pathlib import Path
@@ -28,6 +27,7 @@ from fusion_ray.live.sources import JpegClip, encode_frame
 from fusion_ray.serve.metrics import parse_exposition
 from fusion_ray.video.decode import decode_all
 from fusion_ray.video.synthetic import make_test_video
+from tests.procs import free_port
 
 pytestmark = pytest.mark.ray
 
@@ -35,11 +35,6 @@ TOKEN = "live-token-7"
 MAX_STREAMS = 2
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +53,7 @@ def service(ray_cluster, models_config):
         "auth": {"token": TOKEN, "token_env": None, "metrics_public": True},
         "live": {"max_streams": MAX_STREAMS, "deadline_ms": 2000, "stats_interval_s": 0.25},
     }
-    port = _free_port()
+    port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     try:
         serve.run(build_app(args), name="fusion_ray_live_test", route_prefix="/")

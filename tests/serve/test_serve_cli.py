@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,15 +18,12 @@ import psutil
 import pytest
 import requests
 
+from tests.procs import alive, free_port
+
 pytestmark = pytest.mark.ray
 
 FUSION_RAY = Path(sys.executable).with_name("fusion-ray")
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 180.0) -> None:
@@ -47,21 +43,11 @@ def _descendants(pid: int) -> list[psutil.Process]:
     return psutil.Process(pid).children(recursive=True)
 
 
-def _alive(processes: list[psutil.Process]) -> list[str]:
-    names = []
-    for p in processes:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                names.append(f"{p.pid} {' '.join(p.cmdline())[:80]}")
-        except psutil.NoSuchProcess:
-            pass
-    return names
-
 
 def test_sigterm_stops_serve_cleanly_from_any_folder(tmp_path, models_config):
     """No --config, started in an empty folder (the packaged default config); SIGTERM then shuts
     Serve and the local Ray down: exit 0, no traceback, no Ray process left behind."""
-    port = _free_port()
+    port = free_port()
     models = [a for name, path in models_config.paths.items() for a in ("--model", f"{name}={path}")]
     env = {**os.environ, "FUSION_RAY_API_TOKEN": "", "RAY_USAGE_STATS_ENABLED": "0"}
     proc = subprocess.Popen([str(FUSION_RAY), "serve", "--port", str(port), "--models-dir",
@@ -79,15 +65,15 @@ def test_sigterm_stops_serve_cleanly_from_any_folder(tmp_path, models_config):
     assert proc.returncode == 0, stderr
     assert "Traceback" not in stderr and "stopping..." in stderr, stderr
     deadline = time.monotonic() + 10
-    while _alive(ray_processes) and time.monotonic() < deadline:
+    while alive(ray_processes) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not _alive(ray_processes), _alive(ray_processes)
+    assert not alive(ray_processes), alive(ray_processes)
 
 
 def test_kill_9_of_serve_leaves_no_ray_process_behind(tmp_path, models_config):
     """The reaper ends the local Ray's agents and workers within seconds of the driver's death
     (without it, ray::DashboardAgent and ray::RuntimeEnvAgent outlived a kill -9 by over 40 s)."""
-    port = _free_port()
+    port = free_port()
     models = [a for name, path in models_config.paths.items() for a in ("--model", f"{name}={path}")]
     env = {**os.environ, "FUSION_RAY_API_TOKEN": "", "RAY_USAGE_STATS_ENABLED": "0"}
     proc = subprocess.Popen([str(FUSION_RAY), "serve", "--port", str(port), "--models-dir",
@@ -100,9 +86,9 @@ def test_kill_9_of_serve_leaves_no_ray_process_behind(tmp_path, models_config):
         proc.kill()
         proc.wait(timeout=30)
         deadline = time.monotonic() + 15  # "a few seconds"; SIGTERM, then SIGKILL 2 s later, on a loaded host
-        while _alive(ray_processes) and time.monotonic() < deadline:
+        while alive(ray_processes) and time.monotonic() < deadline:
             time.sleep(0.5)
-        left = _alive(ray_processes)
+        left = alive(ray_processes)
     finally:
         if proc.poll() is None:
             proc.kill()

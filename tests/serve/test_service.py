@@ -27,6 +27,7 @@ from fusion_ray.config import EngineConfig, EnhanceConfig, RuntimeConfig, Select
 from fusion_ray.engine import Engine
 from fusion_ray.imageio import decode_image, encode_image, read_jpeg_comments, read_png_text
 from fusion_ray.serve.metrics import histogram_max_bucket, parse_exposition
+from tests.procs import free_port
 
 pytestmark = pytest.mark.ray
 
@@ -39,11 +40,6 @@ MAX_UPLOADS = 30
 MAX_UPLOADS_PER_CLIENT = 8  # at least the concurrency the tests send from 127.0.0.1 at once
 STAND_INS = "arcface_w600k_r50,inswapper_128"
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +67,7 @@ def service(ray_cluster, models_config):
         "auth": {"token": TOKEN, "token_env": None},
         "sources": {"max_count": 3},
     }
-    port = _free_port()
+    port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     try:
         serve.run(build_app(args), name="fusion_ray_test", route_prefix="/")

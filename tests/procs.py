@@ -1,0 +1,25 @@
+"""Helpers for tests that start servers and commands: a free loopback port, surviving processes."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+
+import psutil
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def alive(processes: list[psutil.Process]) -> list[str]:
+    """'pid command' of those processes still running (zombies count as gone)."""
+    names = []
+    for p in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                names.append(f"{p.pid} {' '.join(p.cmdline())[:100]}")
+    return names
