@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fusion_ray.core.provenance import Provenance
 from fusion_ray.engine import Engine
 from fusion_ray.imageio import (
     FORMAT_CHANGES_KEY,
@@ -33,16 +32,6 @@ class ImageSwapResult:
     timings_ms: dict[str, float] = field(default_factory=dict)
     stand_in_models: list[str] = field(default_factory=list)
     metadata: dict[str, str] = field(default_factory=dict)
-
-
-def metadata_for(stand_in_models: Sequence[str]) -> dict[str, str]:
-    """Deprecated: ``Provenance(stand_in_models).metadata()`` (kept until every caller moves)."""
-    return Provenance(tuple(sorted(stand_in_models))).metadata()
-
-
-def output_metadata(engine: Engine) -> dict[str, str]:
-    """Deprecated: ``engine.provenance.metadata()``."""
-    return engine.provenance.metadata()
 
 
 def load_sources(engine: Engine, paths: Sequence[Path]) -> SourceIdentity:

@@ -126,7 +126,6 @@ def _percentile(values: list[float], q: float) -> float:
 def measure_engine(engine_cfg: EngineConfig, plan: LoadPlan) -> tuple[float, float, tuple[int, ...], list[str]]:
     """p50 of process_frame, and of decode + process_frame + encode, in-process on all CPUs."""
     from fusion_ray.engine import Engine
-    from fusion_ray.image import output_metadata
     from fusion_ray.imageio import decode_image, encode_image, read_image
 
     engine = Engine.load(engine_cfg, cpu_budget=float(os.cpu_count() or 1))
@@ -134,7 +133,7 @@ def measure_engine(engine_cfg: EngineConfig, plan: LoadPlan) -> tuple[float, flo
     data = Path(plan.target).read_bytes()
     frame = decode_image(data, str(plan.target)).frame
     suffix = ".png" if plan.output_format == "png" else ".jpg"
-    meta = output_metadata(engine)
+    meta = engine.provenance.metadata()
     process, end_to_end = [], []
     for i in range(plan.engine_runs + 2):
         start = time.perf_counter()
