@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fusion_ray.config import EngineConfig, parse_config
-from fusion_ray.core.modelset import inspect_models
+from fusion_ray.core.modelset import ModelInfo, inspect_models
 from fusion_ray.errors import ConfigError, FusionRayError, InputError, VideoError, describe_error
 from fusion_ray.fsutil import check_not_an_input
 from fusion_ray.imageheader import ImageHeader, UnsupportedImageError, check_image_header
@@ -124,6 +124,8 @@ class GroupPlan:
 
     cfg: JobConfig
     members: tuple[int, ...]
+    models: Mapping[str, ModelInfo] = dataclasses.field(default_factory=dict)
+    """What planning found of every model the group's pipeline needs (files, integrity, stand-ins)."""
 
 
 @dataclass(frozen=True)
@@ -180,8 +182,8 @@ def plan_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Output | 
     for options, indices in members.items():
         try:
             group_cfg = with_overrides(cfg, options)
-            inspect_models(group_cfg.engine)  # every model the pipeline needs: missing or corrupt, before Ray
-            groups.append(GroupPlan(group_cfg, tuple(indices)))
+            models = inspect_models(group_cfg.engine)  # every model the pipeline needs: missing or corrupt, before Ray
+            groups.append(GroupPlan(group_cfg, tuple(indices), models))
         except FusionRayError as exc:
             log.info("a group of %d item(s) cannot run: %s", len(indices), typed_error(exc))
             for n in indices:

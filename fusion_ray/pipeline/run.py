@@ -62,7 +62,7 @@ def run_group(plan: JobPlan, group: GroupPlan, results: Sequence[ItemResult], re
     identities, source_of = prepare_identities({p.index: p.item.sources for p in members}, driver, results,
                                                storage)
     sources = Sources(identities, source_of, load_reference(driver))
-    provenance = driver_provenance(group.cfg.engine, driver)
+    provenance = driver_provenance(group.models, driver)
     report.add_stand_ins(provenance.report_field())
     run = GroupRun([p for p in members if p.index in source_of], group.cfg, results, report, provenance, storage)
     run.execute(sources, progress, gpus_now)

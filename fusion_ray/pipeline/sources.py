@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fusion_ray.config import EngineConfig
-from fusion_ray.core.modelset import inspect_models
+from fusion_ray.core.modelset import ModelInfo
 from fusion_ray.core.provenance import Provenance
 from fusion_ray.engine import Engine
 from fusion_ray.errors import FusionRayError
@@ -64,7 +64,8 @@ def _read_source(source: Path | Location, storage: Storage | None) -> LoadedImag
     return read_image(source)
 
 
-def driver_provenance(cfg: EngineConfig, driver_engine: Engine) -> Provenance:
+def driver_provenance(planned: Mapping[str, ModelInfo], driver_engine: Engine) -> Provenance:
     """The provenance of every model the pipeline uses: the driver's own, and the stage actors'
-    read from their files (``inspect_models``), so every output made with a stand-in says so."""
-    return Provenance.of({**inspect_models(cfg), **driver_engine.model_info})
+    as planning read them from their files (``inspect_models``), so every output made with a
+    stand-in says so."""
+    return Provenance.of({**planned, **driver_engine.model_info})
