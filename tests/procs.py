@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import time
 
 import psutil
 
@@ -23,3 +24,18 @@ def alive(processes: list[psutil.Process]) -> list[str]:
             if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
                 names.append(f"{p.pid} {' '.join(p.cmdline())[:100]}")
     return names
+
+
+def left_after(processes: list[psutil.Process], timeout_s: float) -> list[str]:
+    """Those still running after up to ``timeout_s`` (polled every 0.5 s)."""
+    deadline = time.monotonic() + timeout_s
+    while alive(processes) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return alive(processes)
+
+
+def kill_all(processes: list[psutil.Process]) -> None:
+    """Kill whatever of them is left (a test never leaves them to the next one)."""
+    for p in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()

@@ -19,7 +19,7 @@ import pytest
 
 from fusion_ray.imageio import read_image
 from fusion_ray.video.synthetic import make_test_video
-from tests.procs import alive
+from tests.procs import kill_all, left_after
 
 pytestmark = pytest.mark.ray
 
@@ -57,14 +57,9 @@ def test_kill_9_of_a_video_swap_leaves_no_ray_process_behind(tmp_path, images_di
         ray_processes = _ray_children(proc.pid)
         proc.kill()
         proc.wait(timeout=30)
-        deadline = time.monotonic() + 15
-        while alive(ray_processes) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        left = alive(ray_processes)
+        left = left_after(ray_processes, 15)  # "a few seconds": SIGTERM, then SIGKILL 2 s later, on a loaded host
     finally:
         if proc.poll() is None:
             proc.kill()
-        for p in ray_processes:  # never leave them to the next test, even when the assertion fails
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.kill()
+        kill_all(ray_processes)  # never leave them to the next test, even when the assertion fails
     assert not left, left

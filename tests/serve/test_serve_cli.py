@@ -6,7 +6,6 @@ share the test session's cluster. Run under the Ray lock, like every Ray test.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -18,7 +17,7 @@ import psutil
 import pytest
 import requests
 
-from tests.procs import alive, free_port
+from tests.procs import free_port, kill_all, left_after
 
 pytestmark = pytest.mark.ray
 
@@ -64,10 +63,8 @@ def test_sigterm_stops_serve_cleanly_from_any_folder(tmp_path, models_config):
             proc.kill()
     assert proc.returncode == 0, stderr
     assert "Traceback" not in stderr and "stopping..." in stderr, stderr
-    deadline = time.monotonic() + 10
-    while alive(ray_processes) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not alive(ray_processes), alive(ray_processes)
+    left = left_after(ray_processes, 10)
+    assert not left, left
 
 
 def test_kill_9_of_serve_leaves_no_ray_process_behind(tmp_path, models_config):
@@ -85,14 +82,9 @@ def test_kill_9_of_serve_leaves_no_ray_process_behind(tmp_path, models_config):
         ray_processes = [p for p in _descendants(proc.pid) if "fusion_ray.cli.reaper" not in " ".join(p.cmdline())]
         proc.kill()
         proc.wait(timeout=30)
-        deadline = time.monotonic() + 15  # "a few seconds"; SIGTERM, then SIGKILL 2 s later, on a loaded host
-        while alive(ray_processes) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        left = alive(ray_processes)
+        left = left_after(ray_processes, 15)  # "a few seconds": SIGTERM, then SIGKILL 2 s later, on a loaded host
     finally:
         if proc.poll() is None:
             proc.kill()
-    for p in ray_processes:  # never leave them to the next test, even when the assertion fails
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.kill()
+    kill_all(ray_processes)  # never leave them to the next test, even when the assertion fails
     assert not left, left
