@@ -27,7 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "job", help="swap faces in many images and videos as one Ray Data job",
         description="Items come from --manifest (CSV/Parquet: source, target, output[, options]) or from "
                     "--source-pattern/--target-pattern/--output-pattern (every source x every target). "
-                    "Finished outputs are skipped, so re-running resumes a job.")
+                    "Finished outputs are skipped and a video's finished segments are kept, so re-running "
+                    "a job (after a crash or kill -9 too) redoes only what is missing.")
     parser.add_argument("--manifest", help="CSV or Parquet manifest (a path or an s3:// / gs:// URI)")
     parser.add_argument("--source-pattern", help="glob of source images, e.g. 'faces/*.jpg' or 's3://b/faces/*.jpg'")
     parser.add_argument("--target-pattern", help="glob of targets, e.g. 'clips/*.mp4' or 's3://b/clips/*.mp4'")
@@ -37,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         help="every output must be inside this folder or bucket prefix, e.g. s3://b/out "
                              "(default: the current folder)")
     parser.add_argument("--force", action="store_true", help="redo items whose output exists")
+    parser.add_argument("--clean-parts", action="store_true",
+                        help="remove the parts folders (finished segments of unfinished videos, kept so that "
+                             "a re-run resumes them) under --output-root, then exit")
     add_engine_arguments(parser)
     add_pipeline_arguments(parser)
     parser.set_defaults(run=run)
@@ -55,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         storage.check_writable(root)  # a missing bucket or refused credentials: one line, before any work
     else:
         check_writable_dir(root, "output root")  # before any work: a read-only root would fail every item
+    if args.clean_parts:
+        return _clean_parts(root, storage)
     if args.manifest and (args.source_pattern or args.target_pattern):
         raise InputError("give either --manifest or the patterns, not both")
     if args.manifest:
@@ -76,6 +82,17 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(root, Location) and report_path is None:  # the report goes with the outputs
         _publish_report(report, root / REPORT_NAME, storage)
     return 0 if report.counts().get("failed", 0) == 0 else 1
+
+
+def _clean_parts(root: Path | Location, storage: Storage) -> int:
+    from fusion_ray.pipeline.parts import find_parts_folders
+
+    folders = find_parts_folders(storage, root)
+    for folder in folders:
+        storage.remove_tree(folder)
+        print(f"removed {folder}", file=sys.stderr)
+    print(f"{len(folders)} parts folder(s) removed under {root}", file=sys.stderr)
+    return 0
 
 
 def _output_root(text: str) -> Path | Location:

@@ -3,8 +3,9 @@
 ``join_video`` checks that a video came back whole before anything is written (a failed
 item leaves no output, so a re-run retries it): every planned frame was processed, and not
 every frame failed. ``join_segments`` writes beside the output and renames it into place.
-``cleanup`` aborts the segments of unfinished videos, removes every parts folder and stops
-the writers, whatever fails on the way.
+``cleanup`` aborts the open segments of unfinished videos, removes the parts folders of joined
+videos (an unfinished one keeps its finished segments, for a re-run) and stops the writers,
+whatever fails on the way.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import ray
 
 from fusion_ray.errors import FusionRayError
+from fusion_ray.pipeline.parts import parts_folder
 from fusion_ray.pipeline.plan import ItemPlan
 from fusion_ray.pipeline.report import ItemResult, ItemStatus
 from fusion_ray.storage import Location, Storage
@@ -87,10 +89,11 @@ def _join(plan: ItemPlan, segment_paths: Sequence[Path], audio: Media | None, co
 
 def cleanup(videos: Iterable[ItemPlan], results: Sequence[ItemResult], writers: Sequence[Any],
             storage: Storage | None = None) -> None:
-    """Abort the segments of unfinished videos, remove every parts folder, stop the writers.
+    """Abort the open segments of unfinished videos, remove the parts folders of joined ones
+    (an unfinished video's finished segments stay, for a re-run to resume), stop the writers.
 
     Each step is independent: a dead or stuck writer is logged and the cleanup goes on, so the
-    parts folders are always removed and an exception being handled is not replaced.
+    joined videos' parts folders are always removed and an exception being handled is not replaced.
     """
     for video in videos:
         result = results[video.index]
@@ -102,7 +105,9 @@ def cleanup(videos: Iterable[ItemPlan], results: Sequence[ItemResult], writers: 
                 except Exception as exc:
                     log.warning("cleanup: a writer could not abort the segments of %s: %s: %s",
                                 result.target, type(exc).__name__, exc)
-        _remove_parts(video, storage or Storage())
+            log.info("%s: its finished segments are kept in %s for a re-run", result.target, video.work_dir)
+        else:
+            _remove_parts(video, storage or Storage())
     for writer in writers:
         try:
             ray.kill(writer)
@@ -111,11 +116,13 @@ def cleanup(videos: Iterable[ItemPlan], results: Sequence[ItemResult], writers: 
 
 
 def _remove_parts(video: ItemPlan, storage: Storage) -> None:
-    """Remove a video's parts folder (local or in a bucket); a failure is logged, not raised."""
-    if not isinstance(video.work_dir, Location):
-        shutil.rmtree(video.work_dir, ignore_errors=True)
+    """Remove a joined video's parts folder, every key (local or in a bucket); a failure is
+    logged, not raised."""
+    folder = parts_folder(video.output)
+    if not isinstance(folder, Location):
+        shutil.rmtree(folder, ignore_errors=True)
         return
     try:
-        storage.remove_tree(video.work_dir)
+        storage.remove_tree(folder)
     except FusionRayError as exc:
-        log.warning("cleanup: cannot remove %s: %s", video.work_dir, exc)
+        log.warning("cleanup: cannot remove %s: %s", folder, exc)

@@ -46,8 +46,8 @@ import ray
 
 from fusion_ray.pipeline.build import cluster_gpus
 from fusion_ray.pipeline.config import JobConfig
+from fusion_ray.pipeline.parts import PARTS_SUFFIX
 from fusion_ray.pipeline.plan import (
-    PARTS_SUFFIX,
     JobItem,
     JobPlan,
     confine,

@@ -31,6 +31,7 @@ from fusion_ray.fsutil import check_not_an_input
 from fusion_ray.imageheader import ImageHeader, UnsupportedImageError, check_image_header
 from fusion_ray.imageio import DEFAULT_MAX_PIXELS, decode_image, format_changes
 from fusion_ray.pipeline.config import JobConfig
+from fusion_ray.pipeline.parts import parts_folder, parts_key
 from fusion_ray.pipeline.report import ItemKind, ItemResult, ItemStatus, typed_error
 from fusion_ray.storage import Location, Storage, StorageConfig
 from fusion_ray.storage import confine as confine_location
@@ -41,7 +42,6 @@ from fusion_ray.video.timing import FrameTimes
 
 log = logging.getLogger(__name__)
 
-PARTS_SUFFIX = ".fusion_ray_parts"
 Input = Path | Location
 """A source or target: a local path, or a Location in a bucket (read through ``Storage``)."""
 Output = Path | Location
@@ -90,6 +90,11 @@ class ItemPlan:
     warnings: tuple[str, ...] = ()
     """What a runnable item will lose or change (a truncated video's missing frames, a
     variable frame rate, an image's format changes)."""
+    fingerprints: tuple[tuple[str, str], ...] = ()
+    """A video's inputs (target, sources) with their fingerprints (size with mtime or ETag)."""
+    parts_key: str = ""
+    """A video's parts key (:func:`fusion_ray.pipeline.parts.parts_key`): its group's settings
+    and its inputs' fingerprints; its finished segments are kept under it for a re-run."""
 
     @property
     def runs(self) -> bool:
@@ -103,8 +108,10 @@ class ItemPlan:
 
     @property
     def work_dir(self) -> Output:
-        """A video's parts folder (its segment files), beside the output (in its bucket)."""
-        return self.output.with_name(self.output.name + PARTS_SUFFIX)
+        """Where a video's segment files go: its parts key's folder in the parts folder beside
+        the output (in its bucket)."""
+        folder = parts_folder(self.output)
+        return folder / self.parts_key if self.parts_key else folder
 
     def result(self) -> ItemResult:
         """The item's result before it runs."""
@@ -184,6 +191,9 @@ def plan_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Output | 
             group_cfg = with_overrides(cfg, options)
             models = inspect_models(group_cfg.engine)  # every model the pipeline needs: missing or corrupt, before Ray
             groups.append(GroupPlan(group_cfg, tuple(indices), models))
+            for n in indices:
+                if plans[n].kind is ItemKind.VIDEO:
+                    plans[n] = dataclasses.replace(plans[n], parts_key=parts_key(plans[n].fingerprints, group_cfg, models))
         except FusionRayError as exc:
             log.info("a group of %d item(s) cannot run: %s", len(indices), typed_error(exc))
             for n in indices:
@@ -205,12 +215,13 @@ def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Output | No
             check_not_an_input(item.output, _inputs(item, cfg), what="output")  # even with force
         if _output_exists(plan.output, storage) and not force:
             return dataclasses.replace(plan, status=ItemStatus.SKIPPED)
-        if isinstance(item.target, Location):
-            storage.stat(item.target)  # a missing object or bucket, refused credentials: one line
-        elif not item.target.is_file():
+        if not isinstance(item.target, Location) and not item.target.is_file():
             raise InputError(f"file not found: {item.target}")
+        stat = storage.stat(item.target)  # a missing object or bucket, refused credentials: one line
         if _is_video(item.target):
-            plan = dataclasses.replace(plan, kind=ItemKind.VIDEO)
+            plan = dataclasses.replace(plan, kind=ItemKind.VIDEO,
+                                       fingerprints=((str(item.target), stat.fingerprint),
+                                                     *_source_fingerprints(item, storage)))
             check_video_output(str(plan.output))  # before any work: the output would be MP4 under another name
             return _plan_video(plan, cfg, storage)
         plan = dataclasses.replace(plan, kind=ItemKind.IMAGE)
@@ -220,6 +231,17 @@ def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Output | No
         log.info("%s: %s", item.target, error)  # the item's error: the CLI prints it once
         return dataclasses.replace(plan, status=ItemStatus.FAILED, error=error,
                                    cause=exc if isinstance(exc, FusionRayError) else None)
+
+
+def _source_fingerprints(item: JobItem, storage: Storage) -> list[tuple[str, str]]:
+    """The sources' fingerprints (one that cannot be read fails later, when it is embedded)."""
+    out = []
+    for source in item.sources:
+        try:
+            out.append((str(source), storage.stat(source).fingerprint))
+        except (FusionRayError, OSError):
+            out.append((str(source), "unreadable"))
+    return out
 
 
 def _output_exists(output: Output, storage: Storage) -> bool:

@@ -48,6 +48,9 @@ class ItemResult:
     status: str = ItemStatus.PENDING  # done | skipped | failed
     frames: int = 0
     frames_failed: int = 0
+    frames_resumed: int = 0
+    """Of ``frames``, those in segments an earlier run had finished (kept in the parts folder, not
+    processed again)."""
     faces_swapped: int = 0
     error: str = ""
     """Why the item failed; for a ``done`` video, how many of its frames failed (passed through)."""

@@ -4,15 +4,15 @@
 output and parts folders, starts the segment writers, streams every frame through the stages,
 and folds each slim output batch into the report and the segment tracker. A segment whose
 frames have all reached their writer is finished; a video whose segments are all written is
-joined (:mod:`fusion_ray.pipeline.finalise`). Whatever happens, the parts folders are removed
-and the writers stopped.
+joined (:mod:`fusion_ray.pipeline.finalise`). Segments an earlier run finished are not read
+again (:mod:`fusion_ray.pipeline.parts`). Whatever happens, the writers are stopped; a video's
+parts folder is removed once it is joined, and kept otherwise, for a re-run to resume.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +27,7 @@ from fusion_ray.pipeline.build import Sink, build_pipeline
 from fusion_ray.pipeline.config import FUSED_POOL, JobConfig, PipelineConfig
 from fusion_ray.pipeline.datasource import FrameDatasource, ReadUnit
 from fusion_ray.pipeline.finalise import cleanup, join_video
+from fusion_ray.pipeline.parts import finished_segments, remove_other_keys
 from fusion_ray.pipeline.plan import GroupPlan, ItemPlan, JobPlan
 from fusion_ray.pipeline.report import ItemKind, ItemResult, ItemStatus, JobReport
 from fusion_ray.pipeline.sources import driver_provenance, load_driver_engine, prepare_identities
@@ -102,15 +103,21 @@ class GroupRun:
             cleanup(self.videos.values(), self.results, self.writers, self.storage)
 
     def _prepare_outputs(self, source_of: Mapping[int, str]) -> list[ReadUnit]:
-        """Each item's output folder (and a video's empty parts folder); its read units."""
+        """Each item's output folder (and a video's parts folder); its read units: every image,
+        and the segments of each video that no earlier run left finished in its parts folder
+        (those are resumed). A video whose segments were all finished is joined here."""
         units: list[ReadUnit] = []
         for n, item in self.items.items():
             target = str(item.item.target)
             try:
                 self._make_folders(item)
                 if item.kind is ItemKind.VIDEO:
+                    resumed = self._resume(item)
                     fps = float(item.video.fps) if item.video is not None else 30.0
-                    units += [ReadUnit(n, target, source_of[n], s, item.frame_hw, fps) for s in item.segments]
+                    units += [ReadUnit(n, target, source_of[n], s, item.frame_hw, fps)
+                              for s in item.segments if s.index not in resumed]
+                    if self.tracker.complete(n):
+                        join_video(item, self.results[n], self.tracker.paths(n), self.comment, self.storage)
                 else:
                     units.append(ReadUnit(n, target, source_of[n], None, item.frame_hw))
             except (OSError, StorageError) as exc:
@@ -118,17 +125,30 @@ class GroupRun:
         return units
 
     def _make_folders(self, item: ItemPlan) -> None:
-        """The output's folder and a video's empty parts folder; in a bucket there are no
-        folders to make, only the parts of an earlier run to remove."""
+        """The output's folder and a video's parts folder, without the parts of other settings
+        or inputs; in a bucket there are no folders to make."""
         work_dir = item.work_dir
+        if item.kind is ItemKind.VIDEO:
+            remove_other_keys(self.storage, work_dir)
         if isinstance(item.output, Location) or isinstance(work_dir, Location):
-            if item.kind is ItemKind.VIDEO:
-                self.storage.remove_tree(work_dir)
             return
         item.output.parent.mkdir(parents=True, exist_ok=True)
         if item.kind is ItemKind.VIDEO:
-            shutil.rmtree(work_dir, ignore_errors=True)
-            work_dir.mkdir(parents=True)
+            work_dir.mkdir(parents=True, exist_ok=True)
+
+    def _resume(self, item: ItemPlan) -> set[int]:
+        """The video's segments an earlier run finished (``DONE`` in the tracker, counted as
+        resumed frames); returns their indices."""
+        found = finished_segments(self.storage, item.work_dir, item.segments)
+        result = self.results[item.index]
+        for index, location in sorted(found.items()):
+            frames = self.tracker.resume((item.index, index), Path(str(location)))
+            result.frames += frames
+            result.frames_resumed += frames
+        if found:
+            log.info("%s: %d of %d segments resumed from %s", item.item.target, len(found), len(item.segments),
+                     item.work_dir)
+        return set(found)
 
     def _start_writers(self) -> None:
         pipeline = self.cfg.pipeline
@@ -153,7 +173,7 @@ class GroupRun:
         gpus_available = pipeline.uses_gpus(gpus_now)
         fused = [FUSED_POOL] if pipeline.fused(gpus_available) else []
         self.report.track_stages([*stage_names(engine), "encode", *fused])
-        total = sum(self.items[n].expected_frames for n in {u.item for u in units})
+        total = sum(u.segment.frame_count if u.segment is not None else 1 for u in units)
         largest = max(u.frame_hw[0] * u.frame_hw[1] * 3 for u in units)
         block_frames = max(1, min(pipeline.block_frames, int(pipeline.block_mb * 2**20 // max(largest, 1))))
         # Videos are tracked in their read tasks (one per segment), with the detector's threads.

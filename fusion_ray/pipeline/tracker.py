@@ -3,7 +3,8 @@
 A segment is ``PENDING`` until its first frame comes back from the pipeline, ``RECEIVING``
 while its frames come back, ``FINISHING`` once every frame has reached its writer (the driver
 has asked the writer to close the segment's file), then ``DONE`` (the file is written) or
-``FAILED``. A video is complete when all its segments are ``DONE``.
+``FAILED``. A video is complete when all its segments are ``DONE``. A segment resumed from an
+earlier run's parts is ``DONE`` from the start.
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ class SegmentTracker:
         self._items = {item: [s.index for s in segments] for item, segments in videos.items()}
         self._entries = {(item, s.index): _Entry(s.frame_count)
                          for item, segments in videos.items() for s in segments}
+
+    def resume(self, key: SegmentKey, path: Path) -> int:
+        """A segment an earlier run wrote (its file): ``DONE`` before any frame comes back;
+        returns its frame count."""
+        entry = self._entries[key]
+        entry.state, entry.path, entry.received = SegmentState.DONE, Path(path), entry.expected
+        return entry.expected
 
     def state(self, key: SegmentKey) -> SegmentState:
         return self._entries[key].state

@@ -30,6 +30,7 @@ import numpy as np
 
 from fusion_ray.imageio import encode_image, write_bytes_atomic
 from fusion_ray.pipeline.datasource import alpha_plane, is_remote
+from fusion_ray.pipeline.parts import segment_name
 from fusion_ray.pipeline.stages import Batch, Stage, num_rows
 from fusion_ray.pipeline.tracker import SegmentKey
 from fusion_ray.storage import Storage, StorageConfig
@@ -74,12 +75,12 @@ class _OpenSegment:
     pending: dict[int, np.ndarray] = field(default_factory=dict)
     error: BaseException | None = None
     written: int = 0
-    published: str | None = None
-    """Where the finished local file goes (a URI in the parts folder in a bucket)."""
+    published: str = ""
+    """Where the finished file goes: its name in the parts folder (a URI in a bucket)."""
 
 
 def segment_path(work_dir: str, key: SegmentKey) -> Path:
-    return Path(work_dir) / f"segment_{key[1]:05d}.mp4"
+    return Path(work_dir) / segment_name(key[1])
 
 
 class SegmentWriter:
@@ -94,11 +95,14 @@ class SegmentWriter:
 
     def _start(self, key: SegmentKey, start_frame: int, frame_count: int) -> _OpenSegment:
         target = self.targets[key[0]]
-        path, published = segment_path(target.work_dir, key), None
+        # A segment appears under its name only when complete (a re-run resumes every file
+        # there): encoded to a hidden partial file, then renamed, or published whole.
+        final = segment_path(target.work_dir, key)
+        path, published = final.with_name(f".{final.name}.partial"), str(final)
         if is_remote(target.work_dir):
             fd, name = tempfile.mkstemp(prefix=".fusion_ray_segment.", suffix=".mp4")
             os.close(fd)
-            path, published = Path(name), f"{target.work_dir}/{segment_path('.', key).name}"
+            path, published = Path(name), f"{target.work_dir}/{final.name}"
         frames: queue.Queue[Any] = queue.Queue(maxsize=self.max_queue)
         state = _OpenSegment(path, start_frame, start_frame, start_frame + frame_count, frames, threading.Thread(),
                              published=published)
@@ -117,12 +121,13 @@ class SegmentWriter:
             try:
                 state.written = encode_segment(feed(), path, fps=target.fps, width=target.width,
                                                height=target.height, options=self.options)
-                if published is not None:
-                    Storage(target.storage).publish(path, published, move=True)
+                if state.next_index != state.end_index:  # ended early (aborted, incomplete): never published
+                    path.unlink(missing_ok=True)
+                    return
+                Storage(target.storage).publish(path, published, move=True)  # a rename for a local file
             except BaseException as exc:  # reported by finish()
                 state.error = exc
-                if published is not None:
-                    path.unlink(missing_ok=True)
+                path.unlink(missing_ok=True)
                 while not ended.is_set() and frames.get() is not _END:  # drain: producers never block
                     pass
 
@@ -169,7 +174,7 @@ class SegmentWriter:
         state.thread.join()
         if state.error is not None:
             raise RuntimeError(f"segment {key}: encoding failed: {state.error}") from state.error
-        return state.published or str(state.path), state.written
+        return state.published, state.written
 
     def abort(self, keys: Sequence[SegmentKey]) -> None:
         """Stop and forget segments (of a failed item); their partial files are removed."""

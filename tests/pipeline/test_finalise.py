@@ -90,18 +90,20 @@ def test_cleanup_goes_on_past_a_dead_writer(tmp_path, engine_cfg):
     plans = plan_job([JobItem((clip,), clip, tmp_path / "a.mp4"), JobItem((clip,), clip, tmp_path / "b.mp4")],
                      JobConfig(engine=engine_cfg, pipeline=PipelineConfig(segment_seconds=0.4))).items
     work_dirs = [p.work_dir for p in plans]
-    assert [d.name for d in work_dirs] == ["a.mp4.fusion_ray_parts", "b.mp4.fusion_ray_parts"]
+    assert [d.parent.name for d in work_dirs] == ["a.mp4.fusion_ray_parts", "b.mp4.fusion_ray_parts"]
     for work_dir in work_dirs:
-        work_dir.mkdir()
-        (work_dir / "segment_00000.mp4").write_bytes(b"partial")
-    results = [ItemResult("a", "a.mp4", kind="video"), ItemResult("b", "b.mp4", kind="video")]
+        work_dir.mkdir(parents=True)
+        (work_dir / "segment_00000.mp4").write_bytes(b"finished")
+    # a was joined: its parts go; b did not finish: its finished segment stays for a re-run
+    results = [ItemResult("a", "a.mp4", kind="video", status="done"), ItemResult("b", "b.mp4", kind="video")]
     targets = {n: VideoTarget(info.fps, info.width, info.height, str(d)) for n, d in enumerate(work_dirs)}
     writer_cls = ray.remote(SegmentWriter).options(num_cpus=0.01)
     dead, alive = writer_cls.remote(targets, EncodeOptions()), writer_cls.remote(targets, EncodeOptions())
     ray.get([dead.ready.remote(), alive.ready.remote()])
     ray.kill(dead)
     cleanup(plans, results, [dead, alive])  # the dead writer's abort raises: logged, not fatal
-    assert not any(d.exists() for d in work_dirs)
+    assert not work_dirs[0].parent.exists()
+    assert (work_dirs[1] / "segment_00000.mp4").read_bytes() == b"finished"
     # the live writer was stopped too (ray.kill is asynchronous: wait for it, bounded)
     for _ in range(100):
         try:

@@ -74,7 +74,37 @@ def test_a_video_is_planned_as_keyframe_segments_of_its_size(files, cfg):
     plan = plan_job([JobItem((), files["clip"], files["root"] / "o.mp4")], cfg).items[0]
     assert [(s.start_frame, s.frame_count) for s in plan.segments] == [(0, 20), (20, 20)]
     assert plan.frame_hw == (64, 96) and plan.video is not None and plan.video.fps == 25
-    assert plan.work_dir.name == "o.mp4.fusion_ray_parts"
+    assert plan.work_dir.parent.name == "o.mp4.fusion_ray_parts" and len(plan.work_dir.name) == 16
+
+
+def test_the_parts_key_changes_with_the_settings_and_the_inputs(files, cfg, tmp_path):
+    """Finished segments are reused only for the same target, sources, settings and models."""
+    clip = tmp_path / "clip.mp4"
+    shutil.copyfile(files["clip"], clip)
+    source = tmp_path / "face.png"
+    shutil.copyfile(files["root"] / "photo.png", source)
+
+    def key(config=cfg, sources=(source,)):
+        return plan_job([JobItem(sources, clip, tmp_path / "o.mp4")], config).items[0].parts_key
+
+    first = key()
+    assert key() == first  # the same job: its parts are resumed
+    threads = cfg.model_copy(update={"engine": cfg.engine.model_copy(
+        update={"runtime": cfg.engine.runtime.model_copy(update={"intra_op_threads": 3})})})
+    assert key(threads) == first  # threads do not change what is swapped
+    blend = cfg.engine.model_copy(update={"swap": cfg.engine.swap.model_copy(update={"swapper": "classic"})})
+    changed = {
+        "engine": key(cfg.model_copy(update={"engine": blend})),
+        "segments": key(cfg.model_copy(update={"pipeline": cfg.pipeline.model_copy(update={"segment_seconds": 2.0})})),
+        "encoder": key(cfg.model_copy(update={"pipeline": cfg.pipeline.model_copy(
+            update={"encode_options": EncodeOptions(crf=30)})})),
+        "sources": key(sources=()),
+    }
+    source.write_bytes(source.read_bytes() + b"\0")  # a changed source (its size and mtime)
+    changed["source file"] = key()
+    clip.write_bytes(clip.read_bytes() + b"\0")
+    changed["target file"] = key()
+    assert first not in changed.values() and len(set(changed.values())) == len(changed), changed
 
 
 def test_an_image_has_its_real_size(files, cfg):
@@ -289,4 +319,4 @@ def test_outputs_in_a_bucket_stay_under_the_root_and_existing_ones_are_skipped(f
     assert "outside the output root" in plans[2].error and "outside the output root" in plans[3].error
     assert "must end in .mp4" in plans[4].error
     clip = plan_job([JobItem((), files["clip"], root / "c.mp4")], cfg, output_root=root, storage=storage).items[0]
-    assert clip.runs and clip.work_dir == root / "c.mp4.fusion_ray_parts"
+    assert clip.runs and clip.work_dir == root / "c.mp4.fusion_ray_parts" / clip.parts_key
