@@ -44,6 +44,11 @@ class PipelineConfig(_Config):
     block_frames: int = Field(default=16, ge=1, description="Frames per block yielded by a read task.")
     read_num_cpus: float = Field(default=0.2, gt=0.0, description="Logical CPUs per read (decode) task.")
     read_tasks: int = Field(default=2, ge=1, description="Segments decoded at once (bounds decode-ahead).")
+    image_task_mb: float = Field(default=16.0, gt=0.0, description="Images are read in groups of about this "
+                                 "much decoded pixel data per read task (one block of up to block_frames "
+                                 "images at a time), so that the stages get whole batches of them.")
+    image_read_tasks: int = Field(default=1, ge=0, description="Image groups read at once, beside the "
+                                  "read_tasks video segments (images do not count against that bound).")
     block_mb: float = Field(default=8.0, gt=0.0, description="A block holds at most this much pixel data (and "
                             "Ray Data's target block size), so frames stream a few at a time.")
     object_store_mb: float | None = Field(

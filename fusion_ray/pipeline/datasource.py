@@ -2,7 +2,8 @@
 
 ``ray.data.read_videos`` decodes with decord and reads each file serially in one task; here a
 long video is split at keyframes (from packet timestamps, without decoding) and its segments
-are decoded in parallel. Still images are one-row read tasks. Rows carry the frame (BGR
+are decoded in parallel. Still images are read in groups (about ``image_task_mb`` of decoded
+pixels per task), so that the stages get whole blocks of them, not one-row blocks. Rows carry the frame (BGR
 uint8), its global index, timestamp, the item and segment it belongs to, and its source id.
 An image's alpha channel is decoded here, once, and travels in the ``alpha`` column (the
 plane's bytes, ``b""`` when there is none) to the encode stage, which re-attaches it.
@@ -77,10 +78,12 @@ class _Rows:
         return len(self.tracked)
 
     def add(self, index: int, time_s: float, frame: np.ndarray, alpha: bytes = NO_ALPHA, error: str = "",
-            tracked: TrackedFrame | None = None) -> None:
-        segment = self.unit.segment.index if self.unit.segment is not None else 0
-        for name, value in (("item", self.unit.item), ("segment", segment), ("index", index), ("time_s", time_s),
-                            ("source_id", self.unit.source_id), ("frame", frame), ("alpha", alpha),
+            tracked: TrackedFrame | None = None, unit: ReadUnit | None = None) -> None:
+        """One row of ``unit`` (default: the block's; a block of images has one row per image)."""
+        unit = unit or self.unit
+        segment = unit.segment.index if unit.segment is not None else 0
+        for name, value in (("item", unit.item), ("segment", segment), ("index", index), ("time_s", time_s),
+                            ("source_id", unit.source_id), ("frame", frame), ("alpha", alpha),
                             ("error", error), ("read_failed", bool(error))):
             self.columns[name].append(value)
         self.tracked.append(tracked)
@@ -163,30 +166,68 @@ def read_unit(unit: ReadUnit, block_frames: int, tracking: TrackedRead | None = 
     and every block has the :data:`TRACK_COLUMNS` (an image's rows are not ``tracked``).
     A unit whose path is a URI is read from its bucket with ``storage``'s settings.
     """
+    if unit.segment is None:
+        yield from read_images([unit], block_frames, tracking is not None, storage)
+        return
     rows = _Rows(unit, tracking is not None)
-    next_index = unit.segment.start_frame if unit.segment is not None else 0
+    next_index = unit.segment.start_frame
     try:
-        if unit.segment is None:
-            image = _read_image(unit.path, storage)
-            rows.add(0, 0.0, image.frame, image.alpha.tobytes() if image.alpha is not None else NO_ALPHA)
-        else:
-            for row in _segment_frames(unit, tracking, storage):
-                rows.add(row.index, row.time_s, row.frame, tracked=row if tracking is not None else None)
-                next_index = row.index + 1
-                if len(rows) >= block_frames:
-                    yield rows.block()
-                    rows = _Rows(unit, tracking is not None)
+        for row in _segment_frames(unit, tracking, storage):
+            rows.add(row.index, row.time_s, row.frame, tracked=row if tracking is not None else None)
+            next_index = row.index + 1
+            if len(rows) >= block_frames:
+                yield rows.block()
+                rows = _Rows(unit, tracking is not None)
     except Exception as exc:  # any decode error (an odd pixel format, a PyAV error) fails this item only
         if tracking is not None and is_fatal(exc):
             raise  # a model, provider or memory error: Ray retries the read task
-        message = str(exc) if isinstance(exc, FusionRayError | OSError) else f"{type(exc).__name__}: {exc}"
-        log.warning("cannot read %s (segment %d): %s", unit.path, unit.segment.index if unit.segment else 0, message)
+        message = _message(exc)
+        log.warning("cannot read %s (segment %d): %s", unit.path, unit.segment.index, message)
         if len(rows):
             yield rows.block()
         rows = _Rows(unit, tracking is not None)
         rows.add(next_index, 0.0, np.zeros((2, 2, 3), np.uint8), error=f"read: {message}")
     if len(rows):
         yield rows.block()
+
+
+def read_images(units: Sequence[ReadUnit], block_frames: int, tracking: bool = False,
+                storage: StorageConfig | None = None) -> Iterator[Block]:
+    """Decode a group of image units into blocks of at most ``block_frames`` images; an image
+    that cannot be read is its own ``read_failed`` row (the others are still read)."""
+    rows = _Rows(units[0], tracking)
+    for unit in units:
+        try:
+            image = _read_image(unit.path, storage)
+            rows.add(0, 0.0, image.frame, image.alpha.tobytes() if image.alpha is not None else NO_ALPHA, unit=unit)
+        except Exception as exc:  # a corrupt or vanished image fails that item only
+            message = _message(exc)
+            log.warning("cannot read %s: %s", unit.path, message)
+            rows.add(0, 0.0, np.zeros((2, 2, 3), np.uint8), error=f"read: {message}", unit=unit)
+        if len(rows) >= block_frames:
+            yield rows.block()
+            rows = _Rows(units[0], tracking)
+    if len(rows):
+        yield rows.block()
+
+
+def _message(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, FusionRayError | OSError) else f"{type(exc).__name__}: {exc}"
+
+
+def image_groups(units: Sequence[ReadUnit], task_bytes: int) -> list[list[ReadUnit]]:
+    """Image units in read tasks of about ``task_bytes`` of decoded pixels each (in order; at
+    least one image per task)."""
+    groups: list[list[ReadUnit]] = []
+    size = task_bytes
+    for unit in units:
+        frame_bytes = unit.frame_hw[0] * unit.frame_hw[1] * 3
+        if size + frame_bytes > task_bytes and (not groups or groups[-1]):
+            groups.append([])
+            size = 0
+        groups[-1].append(unit)
+        size += frame_bytes
+    return groups
 
 
 def alpha_plane(alpha: bytes, frame: np.ndarray) -> np.ndarray | None:
@@ -197,10 +238,12 @@ def alpha_plane(alpha: bytes, frame: np.ndarray) -> np.ndarray | None:
 
 
 class FrameDatasource(Datasource):
-    """Frames of many videos and images, one read task per video segment or image."""
+    """Frames of many videos and images: one read task per video segment, and one per group of
+    images of about ``image_task_mb`` of decoded pixels (listed first)."""
 
     def __init__(self, units: Sequence[ReadUnit], block_frames: int = 16,
-                 tracking: TrackedRead | None = None, storage: StorageConfig | None = None) -> None:
+                 tracking: TrackedRead | None = None, storage: StorageConfig | None = None,
+                 image_task_mb: float = 32.0) -> None:
         super().__init__()
         if not units:
             raise ValueError("FrameDatasource needs at least one read unit")
@@ -209,6 +252,7 @@ class FrameDatasource(Datasource):
         self.tracking = tracking
         self.storage = storage
         """Settings of the stores the units' URIs name (given here: workers' environments may differ)."""
+        self.image_task_bytes = int(image_task_mb * 2**20)
 
     def _unit_rows(self, unit: ReadUnit) -> int:
         return unit.segment.frame_count if unit.segment is not None else 1
@@ -219,7 +263,14 @@ class FrameDatasource(Datasource):
     def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
                        data_context: Any = None) -> list[ReadTask]:
         tasks = []
-        for unit in self.units:
+        images = [u for u in self.units if u.segment is None]
+        for group in image_groups(images, self.image_task_bytes):
+            size = sum(u.frame_hw[0] * u.frame_hw[1] * 3 for u in group)
+            metadata = BlockMetadata(num_rows=len(group), size_bytes=size, input_files=tuple(u.path for u in group),
+                                     exec_stats=None)
+            read = functools.partial(read_images, group, self.block_frames, self.tracking is not None, self.storage)
+            tasks.append(ReadTask(read, metadata))
+        for unit in (u for u in self.units if u.segment is not None):
             rows = self._unit_rows(unit)
             metadata = BlockMetadata(num_rows=rows, size_bytes=rows * unit.frame_hw[0] * unit.frame_hw[1] * 3,
                                      input_files=(unit.path,), exec_stats=None)

@@ -181,9 +181,12 @@ class GroupRun:
                     if engine.tracking.enabled and self.videos else None)
         # A dataset copies the DataContext when it is created: set it up first.
         with _data_context(pipeline):
+            datasource = FrameDatasource(units, block_frames, tracking, self.storage.config, pipeline.image_task_mb)
+            # The image groups are listed first: their read tasks run beside the video segments'.
+            images = any(u.segment is None for u in units)
             ds = ray.data.read_datasource(
-                FrameDatasource(units, block_frames, tracking, self.storage.config), num_cpus=pipeline.read_num_cpus,
-                compute=ray.data.TaskPoolStrategy(size=pipeline.read_tasks), override_num_blocks=len(units))
+                datasource, num_cpus=pipeline.read_num_cpus, override_num_blocks=len(units),
+                compute=ray.data.TaskPoolStrategy(size=pipeline.read_tasks + (pipeline.image_read_tasks if images else 0)))
             ds = build_pipeline(ds, engine, pipeline, dict(sources.identities), reference=sources.reference,
                                 gpus_available=gpus_available, sink=self._sink(), tracked=tracking is not None)
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):

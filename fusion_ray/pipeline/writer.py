@@ -21,6 +21,7 @@ import queue
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -39,6 +40,8 @@ from fusion_ray.video.encode import EncodeOptions, encode_segment
 log = logging.getLogger(__name__)
 
 _END = object()
+IMAGE_WRITE_THREADS = 4
+"""Image outputs an encode stage writes at once (PNG/JPEG encoding and uploads overlap)."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +215,7 @@ class EncodeStage(Stage):
         self.writers = list(writers)
         self.segments = dict(segments)
         self.images = dict(images)
+        self._pool = ThreadPoolExecutor(max_workers=IMAGE_WRITE_THREADS, thread_name_prefix="image-write")
         super().__init__()
 
     def process(self, batch: Batch, errors: list[str]) -> Batch:
@@ -219,6 +223,7 @@ class EncodeStage(Stage):
 
         n = num_rows(batch)
         groups: dict[SegmentKey, list[int]] = {}
+        images: list[int] = []
         for row in range(n):
             if bool(batch["read_failed"][row]):
                 continue  # nothing was read: nothing to write
@@ -227,9 +232,12 @@ class EncodeStage(Stage):
                 # A failed image is not written: the job reports it failed, and an output
                 # file would make a re-run skip it.
                 if not errors[row]:
-                    self._write_image(batch, errors, row, self.images[item])
+                    images.append(row)
             else:
                 groups.setdefault((item, int(batch["segment"][row])), []).append(row)
+        if images:  # encoded and written in parallel (the encoders and the uploads release the GIL)
+            list(self._pool.map(lambda row: self._write_image(batch, errors, row, self.images[int(batch["item"][row])]),
+                                images))
         pending = []
         for key, rows in groups.items():
             start, count = self.segments[key]

@@ -74,3 +74,23 @@ def test_an_image_is_read_once_with_its_alpha(tmp_path):
     assert frame.shape == (30, 40, 3) and not with_alpha["read_failed"][0]
     assert np.array_equal(alpha_plane(with_alpha["alpha"][0], frame), bgra[..., 3])
     assert without["alpha"][0] == NO_ALPHA and alpha_plane(without["alpha"][0], frame) is None
+
+
+def test_images_are_read_in_groups_by_bytes_and_a_bad_one_fails_alone(tmp_path):
+    sizes = [(100, 100), (100, 100), (50, 40), (300, 200), (10, 10)]
+    units = []
+    for n, (h, w) in enumerate(sizes):
+        cv2.imwrite(str(tmp_path / f"{n}.png"), np.full((h, w, 3), 10 * n, np.uint8))
+        units.append(ReadUnit(n, str(tmp_path / f"{n}.png"), f"s{n % 2}", None, (h, w)))
+    (tmp_path / "2.png").write_bytes(b"not a png")
+    groups = datasource.image_groups(units, task_bytes=2 * 100 * 100 * 3)
+    assert [[u.item for u in g] for g in groups] == [[0, 1], [2], [3], [4]]  # a large image is a task alone
+    assert [[u.item for u in g] for g in datasource.image_groups(units, 1)] == [[n] for n in range(5)]
+
+    blocks = [b.to_pydict() for b in datasource.read_images(units, block_frames=2)]
+    assert [len(b["item"]) for b in blocks] == [2, 2, 1]
+    rows = {int(i): (f, bool(failed), sid) for b in blocks
+            for i, f, failed, sid in zip(b["item"], b["frame"], b["read_failed"], b["source_id"], strict=True)}
+    assert [rows[n][1] for n in range(5)] == [False, False, True, False, False]
+    assert [rows[n][2] for n in range(5)] == ["s0", "s1", "s0", "s1", "s0"]  # each row keeps its own item
+    assert np.asarray(rows[3][0]).shape == (300, 200, 3) and int(np.asarray(rows[4][0])[0, 0, 0]) == 40
