@@ -16,7 +16,6 @@ from fusion_ray.errors import InputError
 from fusion_ray.fsutil import check_writable_dir
 
 if TYPE_CHECKING:
-    from fusion_ray.pipeline.report import JobReport
     from fusion_ray.storage import Location, Storage
 
 REPORT_NAME = "fusion_ray_report.json"
@@ -71,16 +70,29 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give --manifest, or --source-pattern and --target-pattern")
     check_unique_outputs(items)
     cfg = job_config(args, engine_config_from_args(args))
-    report_path = args.report or (root / REPORT_NAME if isinstance(root, Path) else None)
+    # The report (and its rows file, streamed while the job runs) goes beside the outputs; for a
+    # root in a bucket it is written locally, then published there.
+    spool = None
+    if args.report:
+        report_path: Path = args.report
+    elif isinstance(root, Path):
+        report_path = root / REPORT_NAME
+    else:
+        spool = tempfile.TemporaryDirectory(prefix="fusion_ray_report.")
+        report_path = Path(spool.name) / REPORT_NAME
     print(f"{len(items)} item(s); outputs under {root if isinstance(root, Location) else root.resolve()}",
           file=sys.stderr)
-    plan = plan_job(items, cfg, output_root=root, force=args.force, storage=storage)  # before Ray: bad items and models fail at once
-    if plan.runs:
-        connect_ray(args.address)
-    report = run_plan(plan, progress=ProgressPrinter(), report_path=report_path)
-    print_summary(report, time.monotonic() - started, report_path)
-    if isinstance(root, Location) and report_path is None:  # the report goes with the outputs
-        _publish_report(report, root / REPORT_NAME, storage)
+    try:
+        plan = plan_job(items, cfg, output_root=root, force=args.force, storage=storage)  # before Ray: bad items fail at once
+        if plan.runs:
+            connect_ray(args.address)
+        report = run_plan(plan, progress=ProgressPrinter(), report_path=report_path)
+        print_summary(report, time.monotonic() - started, None if spool else report_path)
+        if spool is not None and isinstance(root, Location):  # the report goes with the outputs
+            _publish_report(report_path, root / REPORT_NAME, storage)
+    finally:
+        if spool is not None:
+            spool.cleanup()
     return 0 if report.counts().get("failed", 0) == 0 else 1
 
 
@@ -106,9 +118,12 @@ def _output_root(text: str) -> Path | Location:
     return location.path if location.is_local else location
 
 
-def _publish_report(report: JobReport, location: Location, storage: Storage) -> None:
-    """Write the report beside the outputs in their bucket (whole or not at all)."""
-    with tempfile.TemporaryDirectory(prefix="fusion_ray_report.") as tmp:
-        report.write(Path(tmp) / REPORT_NAME)
-        storage.publish(Path(tmp) / REPORT_NAME, location)
+def _publish_report(report_path: Path, location: Location, storage: Storage) -> None:
+    """Publish the report and its rows file beside the outputs in their bucket (each whole or
+    not at all)."""
+    from fusion_ray.pipeline.job import rows_path
+
+    rows = rows_path(report_path)
+    storage.publish(report_path, location)
+    storage.publish(rows, location.with_name(rows.name))
     print(f"report: {location}", file=sys.stderr)

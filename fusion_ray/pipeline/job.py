@@ -80,6 +80,9 @@ def run_plan(plan: JobPlan, *, progress: ProgressCallback | None = None, report_
     start = time.perf_counter() if started is None else started
     results = [item.result() for item in plan.items]
     report = JobReport(results)
+    if report_path is not None:
+        report.start_rows(rows_path(report_path))
+        report.settle()  # the items skipped or failed at planning
     if plan.runs:
         gpus_now = cluster_gpus()  # one reading: the checks and the runs agree
         _check_fits(plan, gpus_now)
@@ -93,10 +96,16 @@ def run_plan(plan: JobPlan, *, progress: ProgressCallback | None = None, report_
                 for n in group.members:
                     if results[n].status == ItemStatus.PENDING:
                         results[n].fail(error)
+            report.settle(group.members)
     report.wall_s = time.perf_counter() - start
     if report_path is not None:
         report.write(report_path)
     return report
+
+
+def rows_path(report_path: Path) -> Path:
+    """The JSON Lines file beside a report: one row per item, appended as each item settles."""
+    return report_path.with_suffix(".jsonl")
 
 
 def _check_fits(plan: JobPlan, gpus_now: float) -> None:

@@ -110,6 +110,30 @@ class JobReport:
     stages: dict[str, StageStats] = field(default_factory=dict)
     stand_in_models: list[str] = field(default_factory=list)
     version: str = __version__
+    rows_path: Path | None = None
+    """Where each item's row is appended as JSON Lines once the item is settled (done, skipped
+    or failed), while the job runs; None: no rows file."""
+    _settled: set[int] = field(default_factory=set, repr=False)
+
+    def settle(self, indices: Iterable[int] | None = None) -> None:
+        """Append the rows of the items among ``indices`` (default: all) that are no longer
+        pending and have no row yet."""
+        if self.rows_path is None:
+            return
+        todo = range(len(self.items)) if indices is None else indices
+        new = sorted({n for n in todo if n not in self._settled and self.items[n].status != ItemStatus.PENDING})
+        if not new:
+            return
+        with self.rows_path.open("a", encoding="utf-8") as file:
+            for n in new:
+                file.write(json.dumps({"index": n, **asdict(self.items[n])}) + "\n")
+        self._settled.update(new)
+
+    def start_rows(self, path: Path) -> None:
+        """Start a rows file at ``path`` (emptied: a re-run's rows are its own)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("", encoding="utf-8")
+        self.rows_path = path
 
     @property
     def fps(self) -> float:
@@ -132,8 +156,10 @@ class JobReport:
     def fold(self, batch: Mapping[str, Any]) -> Fold:
         """Add one slim output batch to the item and stage counters."""
         fold = Fold()
+        touched: set[int] = set()
         for row in range(len(batch["item"])):
             n = int(batch["item"][row])
+            touched.add(n)
             result = self.items[n]
             error = str(batch["error"][row] or "")
             if bool(batch["read_failed"][row]):
@@ -148,6 +174,7 @@ class JobReport:
             if f"busy_ms_{name}" in batch:
                 stats.busy_s += float(batch[f"busy_ms_{name}"].sum()) / 1000.0
                 stats.idle_s += float(batch[f"idle_ms_{name}"].sum()) / 1000.0
+        self.settle(touched)
         return fold
 
     def to_json(self) -> dict[str, Any]:
@@ -164,6 +191,7 @@ class JobReport:
         }
 
     def write(self, path: Path) -> None:
+        self.settle()
         atomic_write_bytes(path, json.dumps(self.to_json(), indent=2).encode())
 
 

@@ -221,9 +221,11 @@ class GroupRun:
         except Exception as exc:
             self.tracker.failed(key)
             result.fail(exc)
+            self.report.settle([n])
             return
         if self.tracker.written(key, Path(path)) and result.status == ItemStatus.PENDING:
             join_video(self.videos[n], result, self.tracker.paths(n), self.comment, self.storage)
+        self.report.settle([n])
 
     def _fail_incomplete(self) -> None:
         for n, item in self.items.items():

@@ -57,6 +57,8 @@ def test_a_manifest_in_a_bucket_is_read_with_the_aws_environment(tmp_path, s3_se
     assert f"report: s3://{s3_bucket}/out/fusion_ray_report.json" in proc.stderr.splitlines()
     report = json.loads(storage.read_bytes(f"s3://{s3_bucket}/out/fusion_ray_report.json"))
     assert report["counts"] == {"failed": 1} and report["items"][0]["output"] == f"s3://{s3_bucket}/out/gone.mp4"
+    (row,) = storage.read_bytes(f"s3://{s3_bucket}/out/fusion_ray_report.jsonl").decode().splitlines()
+    assert json.loads(row) == {"index": 0, **report["items"][0]}
 
 
 @pytest.mark.parametrize("case", ["wrong bucket", "wrong credentials", "not a bucket name"])

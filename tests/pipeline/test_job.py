@@ -150,6 +150,16 @@ def test_image_items_and_progress(first_run):
     assert [d for d, _ in progress] == sorted(d for d, _ in progress)
 
 
+def test_report_rows_are_streamed_beside_the_report(first_run):
+    """One JSON Lines row per item, written as each settles (the corrupt video's at planning)."""
+    _, report, out, _ = first_run
+    rows = [json.loads(line) for line in (out / "report.jsonl").read_text().splitlines()]
+    assert rows[0]["index"] == 1 and rows[0]["status"] == "failed"  # refused at planning: first
+    assert sorted(r["index"] for r in rows) == [0, 1, 2, 3]
+    final = json.loads((out / "report.json").read_text())["items"]
+    assert [{k: v for k, v in r.items() if k != "index"} for r in sorted(rows, key=lambda r: r["index"])] == final
+
+
 def test_rerun_skips_finished_outputs(first_run, job_cfg):
     items, _, out, _ = first_run
     before = {p: p.stat().st_mtime_ns for p in out.iterdir()}

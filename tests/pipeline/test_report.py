@@ -49,7 +49,7 @@ def test_the_json_report_has_every_field(tmp_path):
     assert saved["counts"] == {"done": 1} and saved["frames_per_s"] == 46.5
     assert saved["stand_in_models"] == ["inswapper_128"]
     assert saved["items"][0] == {"target": "cut.mp4", "output": "o.mp4", "kind": "video", "status": "done",
-                                 "frames": 93, "frames_failed": 0, "faces_swapped": 0, "error": "",
+                                 "frames": 93, "frames_failed": 0, "frames_resumed": 0, "faces_swapped": 0, "error": "",
                                  "frames_missing": 182, "missing_from_s": 3.17,
                                  "warnings": ["cut.mp4 is truncated"], "det_full": 0, "det_roi": 0,
                                  "faces_interpolated": 0, "tracks": 0}
