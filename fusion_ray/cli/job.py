@@ -83,10 +83,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"{len(items)} item(s); outputs under {root if isinstance(root, Location) else root.resolve()}",
           file=sys.stderr)
     try:
+        planning = time.perf_counter()
         plan = plan_job(items, cfg, output_root=root, force=args.force, storage=storage)  # before Ray: bad items fail at once
         if plan.runs:
             connect_ray(args.address)
-        report = run_plan(plan, progress=ProgressPrinter(), report_path=report_path)
+        report = run_plan(plan, progress=ProgressPrinter(), report_path=report_path, started=planning)
         print_summary(report, time.monotonic() - started, None if spool else report_path)
         if spool is not None and isinstance(root, Location):  # the report goes with the outputs
             _publish_report(report_path, root / REPORT_NAME, storage)

@@ -32,7 +32,7 @@ from fusion_ray.pipeline.stages import (
     Stage,
     SwapStage,
 )
-from fusion_ray.pipeline.writer import EncodeStage, ImageTarget, SegmentKey
+from fusion_ray.pipeline.writer import EncodeStage
 from fusion_ray.types import Embedding, SourceIdentity
 
 log = logging.getLogger(__name__)
@@ -45,11 +45,12 @@ def cluster_gpus() -> float:
 
 @dataclass(frozen=True)
 class Sink:
-    """Where the last stage sends frames: segment writer actors, and image items' targets."""
+    """Where the last stage sends frames: the segment writer actors (each row names its own
+    target); ``images``: whether image items may come (detect then loads a detector even when
+    the videos are tracked in their read tasks)."""
 
     writers: Sequence[Any]
-    segments: Mapping[SegmentKey, tuple[int, int]]
-    images: Mapping[int, ImageTarget]
+    images: bool = True
 
 
 @dataclass(frozen=True)
@@ -116,15 +117,14 @@ def stage_specs(engine: EngineConfig, pipeline: PipelineConfig, identities: Mapp
         return StageSpec(cls, (engine.in_ray_actor(gets_gpu), *args), {"cpu_budget": budget, **kwargs},
                          resources, gets_gpu)
 
-    detect = {"tracked": True, "images": sink is None or bool(sink.images)} if tracked else {}
+    detect = {"tracked": True, "images": sink is None or sink.images} if tracked else {}
     specs = [spec(DetectStage, pipeline.detect, reference=reference, **detect),
              spec(SwapStage, pipeline.swap, dict(identities)),
              spec(PasteStage, pipeline.paste)]
     if engine.enhance.enabled:
         specs += [spec(EnhanceStage, pipeline.enhance), spec(PasteEnhancedStage, pipeline.paste_enhanced)]
     if sink is not None:
-        specs.append(StageSpec(EncodeStage, (list(sink.writers), dict(sink.segments), dict(sink.images)), {},
-                               pipeline.encode))
+        specs.append(StageSpec(EncodeStage, (list(sink.writers),), {}, pipeline.encode))
     return specs
 
 

@@ -44,6 +44,13 @@ class PipelineConfig(_Config):
     block_frames: int = Field(default=16, ge=1, description="Frames per block yielded by a read task.")
     read_num_cpus: float = Field(default=0.2, gt=0.0, description="Logical CPUs per read (decode) task.")
     read_tasks: int = Field(default=2, ge=1, description="Segments decoded at once (bounds decode-ahead).")
+    plan_on_driver: int | None = Field(
+        default=8, ge=0, description="The first N items of a job are planned on the driver before Ray starts "
+        "(a small job of bad inputs fails at once); the others are planned in Ray tasks near the data, "
+        "streamed: their first segments run while later items are still being planned. None: plan "
+        "every item on the driver.")
+    plan_chunk_items: int = Field(default=8, ge=1, description="Items planned by one Ray task.")
+    plan_tasks: int = Field(default=2, ge=1, description="Planning tasks run at once.")
     image_task_mb: float = Field(default=16.0, gt=0.0, description="Images are read in groups of about this "
                                  "much decoded pixel data per read task (one block of up to block_frames "
                                  "images at a time), so that the stages get whole batches of them.")

@@ -1,20 +1,22 @@
-"""A Ray Data datasource that decodes videos with PyAV, one read task per keyframe segment.
+"""Decoding a job's read units with PyAV: a video's keyframe segments, and groups of images.
 
 ``ray.data.read_videos`` decodes with decord and reads each file serially in one task; here a
 long video is split at keyframes (from packet timestamps, without decoding) and its segments
-are decoded in parallel. Still images are read in groups (about ``image_task_mb`` of decoded
-pixels per task), so that the stages get whole blocks of them, not one-row blocks. Rows carry the frame (BGR
-uint8), its global index, timestamp, the item and segment it belongs to, and its source id.
-An image's alpha channel is decoded here, once, and travels in the ``alpha`` column (the
-plane's bytes, ``b""`` when there is none) to the encode stage, which re-attaches it.
-A unit that cannot be decoded yields one row marked ``read_failed`` (its ``index`` is the
-first frame it could not deliver) with the error, so the job can report the item instead of
-failing as a whole; the stages skip that row, as they skip any row with an error.
+are decoded in parallel (:mod:`fusion_ray.pipeline.stream` runs these functions as Ray Data
+tasks). Still images are read in groups (about ``image_task_mb`` of decoded pixels per task),
+so that the stages get whole blocks of them, not one-row blocks. Rows carry the frame (BGR
+uint8), its global index, timestamp, the item and segment it belongs to, its source id, and
+where the encode stage sends it (:data:`FRAME_COLUMNS`). An image's alpha channel is decoded
+here, once, and travels in the ``alpha`` column (the plane's bytes, ``b""`` when there is
+none) to the encode stage, which re-attaches it. A unit that cannot be decoded yields one row
+marked ``read_failed`` (its ``index`` is the first frame it could not deliver) with the error,
+so the job can report the item instead of failing as a whole; the stages skip that row, as
+they skip any row with an error (an item's info row, :func:`info_block`, is skipped so too).
 
-With tracking (``FrameDatasource(..., tracking=TrackedRead(...))``), a video read task also
-tracks the segment's faces as it decodes them (:mod:`fusion_ray.pipeline.track_read`): it
-holds a few frames until their faces are final and emits each frame with its selected faces
-and the tracking counters (:data:`TRACK_COLUMNS`); the detect stage then only cuts the crops.
+With tracking (``read_unit(..., tracking=TrackedRead(...))``), a video read task also tracks
+the segment's faces as it decodes them (:mod:`fusion_ray.pipeline.track_read`): it holds a
+few frames until their faces are final and emits each frame with its selected faces and the
+tracking counters (:data:`TRACK_COLUMNS`); the detect stage then only cuts the crops.
 """
 
 from __future__ import annotations
@@ -22,17 +24,19 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from ray.data.block import Block, BlockAccessor, BlockMetadata
-from ray.data.datasource import Datasource, ReadTask
+from ray import cloudpickle
+from ray.data.block import Block, BlockAccessor
 
 from fusion_ray.errors import FusionRayError, is_fatal
 from fusion_ray.imageio import LoadedImage, decode_image, read_image
+from fusion_ray.pipeline.report import INFO_ROW
 from fusion_ray.pipeline.track_read import (
     TRACK_COLUMNS,
     SegmentReader,
@@ -47,9 +51,18 @@ from fusion_ray.video.segments import Segment
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FRAME_COLUMNS", "NO_ALPHA", "TRACK_COLUMNS", "FrameDatasource", "ReadUnit", "alpha_plane", "read_unit"]
+__all__ = ["FRAME_COLUMNS", "INFO_ERROR", "NO_ALPHA", "TRACK_COLUMNS", "ReadUnit", "alpha_plane", "info_block",
+           "object_column", "pack", "unpack",
+           "read_images", "read_unit"]
 
-FRAME_COLUMNS = ("item", "segment", "index", "time_s", "source_id", "frame", "alpha", "error", "read_failed")
+FRAME_COLUMNS = ("item", "segment", "index", "time_s", "source_id", "frame", "alpha", "error", "read_failed",
+                 "image", "seg_start", "seg_count", "target", "info")
+"""Every row's columns. ``image``: whether its item is an image; ``seg_start``/``seg_count``: its
+segment's first frame and length (0, 1 for an image); ``target``: where the encode stage sends it (a
+``VideoTarget`` or an ``ImageTarget``, :func:`pack`-ed); ``info``: ``b""``, or on an info row (no
+frame) what planning found of its item, packed."""
+INFO_ERROR = INFO_ROW
+"""The ``error`` of an info row: every stage skips a row with an error."""
 NO_ALPHA = b""
 
 
@@ -63,6 +76,8 @@ class ReadUnit:
     segment: Segment | None
     frame_hw: tuple[int, int]
     fps: float = 30.0
+    target: Any = None
+    """Where its frames go (``writer.VideoTarget`` or ``writer.ImageTarget``)."""
 
 
 class _Rows:
@@ -73,18 +88,28 @@ class _Rows:
         self.tracking = tracking
         self.columns: dict[str, list[Any]] = {name: [] for name in FRAME_COLUMNS}
         self.tracked: list[TrackedFrame | None] = []
+        self._targets: dict[int, tuple[ReadUnit, bytes]] = {}
+
+    def _target(self, unit: ReadUnit) -> bytes:
+        """The unit's packed target (packed once per unit)."""
+        key = id(unit)
+        if key not in self._targets:
+            self._targets[key] = (unit, pack(unit.target) if unit.target is not None else b"")
+        return self._targets[key][1]
 
     def __len__(self) -> int:
         return len(self.tracked)
 
     def add(self, index: int, time_s: float, frame: np.ndarray, alpha: bytes = NO_ALPHA, error: str = "",
-            tracked: TrackedFrame | None = None, unit: ReadUnit | None = None) -> None:
+            tracked: TrackedFrame | None = None, unit: ReadUnit | None = None, info: bytes = b"") -> None:
         """One row of ``unit`` (default: the block's; a block of images has one row per image)."""
         unit = unit or self.unit
-        segment = unit.segment.index if unit.segment is not None else 0
+        seg = unit.segment
+        segment, start, count = (seg.index, seg.start_frame, seg.frame_count) if seg is not None else (0, 0, 1)
         for name, value in (("item", unit.item), ("segment", segment), ("index", index), ("time_s", time_s),
                             ("source_id", unit.source_id), ("frame", frame), ("alpha", alpha),
-                            ("error", error), ("read_failed", bool(error))):
+                            ("error", error), ("read_failed", bool(error)), ("image", seg is None), ("seg_start", start),
+                            ("seg_count", count), ("target", self._target(unit)), ("info", info)):
             self.columns[name].append(value)
         self.tracked.append(tracked)
 
@@ -100,6 +125,11 @@ class _Rows:
             "alpha": np.asarray(rows["alpha"], dtype=object),
             "error": np.asarray(rows["error"], dtype=object),
             "read_failed": np.asarray(rows["read_failed"], np.bool_),
+            "image": np.asarray(rows["image"], np.bool_),
+            "seg_start": np.asarray(rows["seg_start"], np.int64),
+            "seg_count": np.asarray(rows["seg_count"], np.int64),
+            "target": object_column(rows["target"]),
+            "info": object_column(rows["info"]),
         }
         if self.tracking:
             batch.update(self._track_columns())
@@ -112,6 +142,33 @@ class _Rows:
         for name in ("faces_found", "det_full", "det_roi", "faces_interpolated", "tracks_new"):
             columns[name] = np.asarray([getattr(r, name) for r in rows], np.int32)
         return columns
+
+
+def pack(value: Any) -> bytes:
+    """An object for a column (Arrow keeps bytes as they are; it cannot convert a dataclass)."""
+    return cloudpickle.dumps(value)  # (mapping proxies in the plans: plain pickle refuses them)
+
+
+@functools.lru_cache(maxsize=256)
+def unpack(data: bytes) -> Any:
+    """The object :func:`pack` made (cached: the rows of a unit share one target). Only this
+    job's own tasks write these columns."""
+    return pickle.loads(data)  # noqa: S301 - the job's own rows, never user input
+
+
+def object_column(values: Sequence[Any]) -> np.ndarray:
+    """A column of Python objects, one per row (numpy would turn sequences into dimensions)."""
+    column = np.empty(len(values), dtype=object)
+    for i, value in enumerate(values):
+        column[i] = value
+    return column
+
+
+def info_block(unit: ReadUnit, info: Any, tracking: bool) -> Block:
+    """The one-row block that tells the driver what planning found of ``unit``'s item."""
+    rows = _Rows(unit, tracking)
+    rows.add(0, 0.0, np.zeros((2, 2, 3), np.uint8), error=INFO_ERROR, info=pack(info))
+    return rows.block()
 
 
 def _frames_column(frames: list[np.ndarray]) -> np.ndarray:
@@ -235,47 +292,3 @@ def alpha_plane(alpha: bytes, frame: np.ndarray) -> np.ndarray | None:
     if not alpha:
         return None
     return np.frombuffer(alpha, np.uint8).reshape(frame.shape[:2])
-
-
-class FrameDatasource(Datasource):
-    """Frames of many videos and images: one read task per video segment, and one per group of
-    images of about ``image_task_mb`` of decoded pixels (listed first)."""
-
-    def __init__(self, units: Sequence[ReadUnit], block_frames: int = 16,
-                 tracking: TrackedRead | None = None, storage: StorageConfig | None = None,
-                 image_task_mb: float = 32.0) -> None:
-        super().__init__()
-        if not units:
-            raise ValueError("FrameDatasource needs at least one read unit")
-        self.units = list(units)
-        self.block_frames = block_frames
-        self.tracking = tracking
-        self.storage = storage
-        """Settings of the stores the units' URIs name (given here: workers' environments may differ)."""
-        self.image_task_bytes = int(image_task_mb * 2**20)
-
-    def _unit_rows(self, unit: ReadUnit) -> int:
-        return unit.segment.frame_count if unit.segment is not None else 1
-
-    def estimate_inmemory_data_size(self) -> int | None:
-        return sum(self._unit_rows(u) * u.frame_hw[0] * u.frame_hw[1] * 3 for u in self.units)
-
-    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
-                       data_context: Any = None) -> list[ReadTask]:
-        tasks = []
-        images = [u for u in self.units if u.segment is None]
-        for group in image_groups(images, self.image_task_bytes):
-            size = sum(u.frame_hw[0] * u.frame_hw[1] * 3 for u in group)
-            metadata = BlockMetadata(num_rows=len(group), size_bytes=size, input_files=tuple(u.path for u in group),
-                                     exec_stats=None)
-            read = functools.partial(read_images, group, self.block_frames, self.tracking is not None, self.storage)
-            tasks.append(ReadTask(read, metadata))
-        for unit in (u for u in self.units if u.segment is not None):
-            rows = self._unit_rows(unit)
-            metadata = BlockMetadata(num_rows=rows, size_bytes=rows * unit.frame_hw[0] * unit.frame_hw[1] * 3,
-                                     input_files=(unit.path,), exec_stats=None)
-            tasks.append(ReadTask(functools.partial(read_unit, unit, self.block_frames, self.tracking, self.storage), metadata))
-        return tasks
-
-    def get_name(self) -> str:
-        return "ReadFrames"

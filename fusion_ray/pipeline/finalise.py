@@ -1,20 +1,23 @@
-"""The end of a video item: join its segments (with its audio) into place, or clean up.
+"""The end of a video item: check it came back whole, join its segments (with its audio) into
+place in a Ray task, or clean up.
 
-``join_video`` checks that a video came back whole before anything is written (a failed
-item leaves no output, so a re-run retries it): every planned frame was processed, and not
-every frame failed. ``join_segments`` writes beside the output and renames it into place.
-``cleanup`` aborts the open segments of unfinished videos, removes the parts folders of joined
-videos (an unfinished one keeps its finished segments, for a re-run) and stops the writers,
-whatever fails on the way.
+``check_video`` runs on the driver, before anything is written (a failed item leaves no
+output, so a re-run retries it): every planned frame was processed, and not every frame
+failed. ``join_item`` is the body of the join task (:data:`join_task`, run near the data): it
+finds the video's frame timestamps again from its packets (the driver never holds them),
+joins the segments beside the output, renames or publishes it into place and removes the
+parts folder. ``cleanup`` aborts the open segments of unfinished videos (their finished
+segments stay, for a re-run to resume) and stops the writers, whatever fails on the way.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +25,10 @@ import ray
 
 from fusion_ray.errors import FusionRayError
 from fusion_ray.pipeline.parts import parts_folder
-from fusion_ray.pipeline.plan import ItemPlan
-from fusion_ray.pipeline.report import ItemResult, ItemStatus
-from fusion_ray.storage import Location, Storage
+from fusion_ray.pipeline.plan import ItemPlan, video_times
+from fusion_ray.pipeline.report import ItemResult
+from fusion_ray.pipeline.tracker import SegmentKey
+from fusion_ray.storage import Location, Storage, StorageConfig
 from fusion_ray.video.join import join_segments
 from fusion_ray.video.probe import Media
 
@@ -34,35 +38,45 @@ CLEANUP_TIMEOUT_S = 60.0
 """How long cleanup waits for a writer to abort a video's segments (then it is killed anyway)."""
 
 
-def join_video(plan: ItemPlan, result: ItemResult, segment_paths: Sequence[Path], comment: str,
-               storage: Storage | None = None) -> None:
-    """Join a video whose segments are all written; the item is then ``done`` or ``failed``.
-    A target in a bucket is the audio source through ``storage`` (read by ranges)."""
+def check_video(plan: ItemPlan, result: ItemResult) -> str | None:
+    """Why a video whose segments are all written must not be joined (None: join it)."""
     if result.frames != plan.expected_frames:
-        result.fail(f"processed {result.frames} of {plan.expected_frames} frames")
-        return
+        return f"processed {result.frames} of {plan.expected_frames} frames"
     if result.frames_failed == result.frames:
         # Nothing was swapped: writing the unchanged clip would make a re-run skip it.
-        result.fail(f"every frame failed ({result.frames_failed} of {result.frames}); first: {result.error}")
-        return
+        return f"every frame failed ({result.frames_failed} of {result.frames}); first: {result.error}"
+    return None
+
+
+def join_item(plan: ItemPlan, segment_paths: Sequence[Path], comment: str,
+              storage: StorageConfig | None = None) -> None:
+    """Join a video whose segments are all written into its output (FusionRayError when it
+    cannot), then remove its parts folder. A target in a bucket is read by ranges."""
+    store = Storage(storage)
     info = plan.video
     if info is None:
         raise ValueError(f"item {plan.index} is not a planned video")
+    if plan.frame_times is None:
+        plan = dataclasses.replace(plan, frame_times=video_times(plan.item.target, store))
     target = plan.item.target
-    try:
-        with contextlib.ExitStack() as stack:
-            audio: Media | None = None
-            if info.has_audio:
-                audio = stack.enter_context((storage or Storage()).open_media(target)) \
-                    if isinstance(target, Location) else target
-            _join(plan, segment_paths, audio, comment, storage or Storage())
-    except FusionRayError as exc:
-        result.fail(exc)
-        return
-    result.status = ItemStatus.DONE
-    if result.frames_failed:
-        result.error = (f"{result.frames_failed} of {result.frames} frame(s) failed and were passed through "
-                        f"unchanged; first: {result.error}")
+    with contextlib.ExitStack() as stack:
+        audio: Media | None = None
+        if info.has_audio:
+            audio = stack.enter_context(store.open_media(target)) if isinstance(target, Location) else target
+        _join(plan, segment_paths, audio, comment, store)
+    _remove_parts(plan, store)
+
+
+join_task = ray.remote(num_cpus=0.1, max_retries=0)(join_item)
+"""``join_item`` as a Ray task (a joined output must not be written twice by a retry)."""
+
+
+def done_message(result: ItemResult) -> str:
+    """A joined video's ``error``: how many of its frames failed (passed through), or nothing."""
+    if not result.frames_failed:
+        return ""
+    return (f"{result.frames_failed} of {result.frames} frame(s) failed and were passed through "
+            f"unchanged; first: {result.error}")
 
 
 def _join(plan: ItemPlan, segment_paths: Sequence[Path], audio: Media | None, comment: str,
@@ -87,27 +101,19 @@ def _join(plan: ItemPlan, segment_paths: Sequence[Path], audio: Media | None, co
         storage.publish(joined, plan.output, move=True)
 
 
-def cleanup(videos: Iterable[ItemPlan], results: Sequence[ItemResult], writers: Sequence[Any],
-            storage: Storage | None = None) -> None:
-    """Abort the open segments of unfinished videos, remove the parts folders of joined ones
-    (an unfinished video's finished segments stay, for a re-run to resume), stop the writers.
+def cleanup(open_keys: Sequence[SegmentKey], writers: Sequence[Any]) -> None:
+    """Abort the open segments of unfinished videos (their finished segments stay, for a re-run
+    to resume), then stop the writers.
 
-    Each step is independent: a dead or stuck writer is logged and the cleanup goes on, so the
-    joined videos' parts folders are always removed and an exception being handled is not replaced.
+    Each step is independent: a dead or stuck writer is logged and the cleanup goes on, so an
+    exception being handled is not replaced.
     """
-    for video in videos:
-        result = results[video.index]
-        if result.status != ItemStatus.DONE:
-            keys = [(video.index, s.index) for s in video.segments]
-            for writer in writers:
-                try:
-                    ray.get(writer.abort.remote(keys), timeout=CLEANUP_TIMEOUT_S)
-                except Exception as exc:
-                    log.warning("cleanup: a writer could not abort the segments of %s: %s: %s",
-                                result.target, type(exc).__name__, exc)
-            log.info("%s: its finished segments are kept in %s for a re-run", result.target, video.work_dir)
-        else:
-            _remove_parts(video, storage or Storage())
+    if open_keys:
+        for writer in writers:
+            try:
+                ray.get(writer.abort.remote(list(open_keys)), timeout=CLEANUP_TIMEOUT_S)
+            except Exception as exc:
+                log.warning("cleanup: a writer could not abort its open segments: %s: %s", type(exc).__name__, exc)
     for writer in writers:
         try:
             ray.kill(writer)

@@ -2,17 +2,23 @@
 
 ``run_job`` is four explicit parts:
 
-- :mod:`~fusion_ray.pipeline.plan` plans every item on the driver, before Ray is needed
-  (probe, keyframe segments, truncation, image sizes; corrupt items are reported, not fatal);
-- :mod:`~fusion_ray.pipeline.run` runs each group of items (same engine options) as one
-  pipeline: it embeds each distinct source once, streams all frames through the stages and
-  lets the segment writers encode, tracking every segment (:mod:`~fusion_ray.pipeline.tracker`);
+- :mod:`~fusion_ray.pipeline.plan` groups the items by engine options and plans the first
+  ``plan_on_driver`` items before Ray is needed (probe, keyframe segments, truncation, image
+  sizes; corrupt items are reported, not fatal), so that a small job of bad inputs fails at
+  once; the others are planned in Ray tasks near the data (:mod:`~fusion_ray.pipeline.stream`),
+  streamed: the first segments are processed while later items are still being planned;
+- :mod:`~fusion_ray.pipeline.run` runs each group as one pipeline: it embeds each distinct
+  source once, streams every item through planning, decoding, the stages and the segment
+  writers, tracking every segment (:mod:`~fusion_ray.pipeline.tracker`);
 - :mod:`~fusion_ray.pipeline.report` folds the output batches into per-item counters and
-  per-stage busy time and idle ratio, and writes the JSON report;
-- :mod:`~fusion_ray.pipeline.finalise` joins each finished video with its audio into place,
-  and cleans up the parts folders and writers.
+  per-stage busy time and idle ratio, streams each settled item's row to a JSON Lines file
+  and writes the JSON report;
+- :mod:`~fusion_ray.pipeline.finalise` joins each finished video with its audio into place in
+  a Ray task, and aborts the open segments and stops the writers.
 
-Completed outputs are skipped on re-run, so a job can be resumed by running it again.
+Completed outputs are skipped on re-run, and an unfinished video's finished segments are kept
+in its parts folder (:mod:`~fusion_ray.pipeline.parts`), so re-running a job, after a crash or
+a ``kill -9`` of the driver too, redoes only the missing segments.
 Failures are per item, and a failed item leaves no output (so a re-run retries it):
 
 - an image whose frame failed in a stage is ``failed`` and is not written;
@@ -79,7 +85,7 @@ def run_plan(plan: JobPlan, *, progress: ProgressCallback | None = None, report_
     """Run a planned job (Ray is used only when an item runs); returns and writes its report."""
     start = time.perf_counter() if started is None else started
     results = [item.result() for item in plan.items]
-    report = JobReport(results)
+    report = JobReport(results, started=start)
     if report_path is not None:
         report.start_rows(rows_path(report_path))
         report.settle()  # the items skipped or failed at planning

@@ -1,4 +1,6 @@
-"""The job planner: items in, a plan out, on the driver before anything runs (no Ray here).
+"""The job planner: items in, a plan out (no Ray here). ``plan_job`` runs on the driver before
+anything runs and plans the first ``plan_on_driver`` items there; ``plan_item`` plans the
+others in the job's Ray tasks (:mod:`fusion_ray.pipeline.stream`).
 
 Per item the plan says what it is (an image or a video), what the read tasks decode (a video's
 keyframe segments, an image's size from its header), how many frames the pipeline delivers,
@@ -92,6 +94,9 @@ class ItemPlan:
     variable frame rate, an image's format changes)."""
     fingerprints: tuple[tuple[str, str], ...] = ()
     """A video's inputs (target, sources) with their fingerprints (size with mtime or ETag)."""
+    planned: bool = True
+    """False for an item the planner left to a Ray task (:mod:`fusion_ray.pipeline.stream`):
+    only its index, item and output are known; it is ``PENDING`` until the task plans it."""
     parts_key: str = ""
     """A video's parts key (:func:`fusion_ray.pipeline.parts.parts_key`): its group's settings
     and its inputs' fingerprints; its finished segments are kept under it for a re-run."""
@@ -141,6 +146,9 @@ class JobPlan:
     groups: tuple[GroupPlan, ...]
     storage: StorageConfig = StorageConfig()
     """How the planner reached inputs in buckets; the read tasks and the join use the same."""
+    output_root: Output | None = None
+    force: bool = False
+    """How the items left unplanned are planned (in Ray tasks)."""
 
     @property
     def runs(self) -> bool:
@@ -175,11 +183,15 @@ def confine_output(output: Output, root: Output | None) -> Output:
 
 
 def plan_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Output | None = None,
-             force: bool = False, storage: Storage | None = None) -> JobPlan:
-    """Plan every item (see the module docstring) and group the runnable ones by options.
-    Inputs in buckets are read through ``storage`` (default: the AWS SDK's own credential chain)."""
+             force: bool = False, storage: Storage | None = None, on_driver: int | None = None) -> JobPlan:
+    """Plan the first ``on_driver`` items (default: the config's ``pipeline.plan_on_driver``;
+    all when None is configured) here, and leave the others to Ray tasks (``planned`` False);
+    group the items that may run by options. Inputs in buckets are read through ``storage``
+    (default: the AWS SDK's own credential chain)."""
     storage = storage or Storage()
+    limit = cfg.pipeline.plan_on_driver if on_driver is None else on_driver
     plans = [plan_item(n, item, cfg, output_root=output_root, force=force, storage=storage)
+             if limit is None or n < limit else ItemPlan(n, item, resolve_output(item.output), planned=False)
              for n, item in enumerate(items)]
     members: dict[str, list[int]] = {}
     for plan in plans:
@@ -192,13 +204,30 @@ def plan_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Output | 
             models = inspect_models(group_cfg.engine)  # every model the pipeline needs: missing or corrupt, before Ray
             groups.append(GroupPlan(group_cfg, tuple(indices), models))
             for n in indices:
-                if plans[n].kind is ItemKind.VIDEO:
-                    plans[n] = dataclasses.replace(plans[n], parts_key=parts_key(plans[n].fingerprints, group_cfg, models))
+                plans[n] = with_parts_key(plans[n], group_cfg, models)
         except FusionRayError as exc:
             log.info("a group of %d item(s) cannot run: %s", len(indices), typed_error(exc))
             for n in indices:
                 plans[n] = dataclasses.replace(plans[n], status=ItemStatus.FAILED, error=typed_error(exc), cause=exc)
-    return JobPlan(tuple(plans), tuple(groups), storage.config)
+    return JobPlan(tuple(plans), tuple(groups), storage.config, output_root, force)
+
+
+def with_parts_key(plan: ItemPlan, cfg: JobConfig, models: Mapping[str, ModelInfo]) -> ItemPlan:
+    """A planned video with its parts key (its group's settings and its inputs' fingerprints)."""
+    if plan.kind is not ItemKind.VIDEO or not plan.runs:
+        return plan
+    return dataclasses.replace(plan, parts_key=parts_key(plan.fingerprints, cfg, models))
+
+
+def video_times(target: Input, storage: Storage) -> FrameTimes:
+    """A video's frame timestamps, from its packets (what planning found; the join finds them
+    again near the data, so that the driver never holds them)."""
+    if isinstance(target, Location):
+        with storage.open_media(target) as media:
+            index = index_packets(media)
+    else:
+        index = index_packets(target)
+    return FrameTimes(index.time_base, index.pts, index.start_pts)
 
 
 def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Output | None = None,

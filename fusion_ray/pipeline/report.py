@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import resource
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -23,6 +25,9 @@ from fusion_ray.fsutil import atomic_write_bytes
 from fusion_ray.pipeline.tracker import SegmentKey
 
 log = logging.getLogger(__name__)
+
+INFO_ROW = "info: an item's plan, not a frame"
+"""The ``error`` of an item's info row (no frame: every stage skips a row with an error)."""
 
 
 class ItemStatus(StrEnum):
@@ -94,10 +99,12 @@ class StageStats:
 
 @dataclass
 class Fold:
-    """What one batch held: its frames, and per video segment the frames that reached a writer."""
+    """What one batch held: its frames, and per video segment the frames that reached a writer
+    (and the segment's length, from its rows)."""
 
     frames: int = 0
     segment_frames: Counter[SegmentKey] = field(default_factory=Counter)
+    segment_lengths: dict[SegmentKey, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -110,6 +117,9 @@ class JobReport:
     stages: dict[str, StageStats] = field(default_factory=dict)
     stand_in_models: list[str] = field(default_factory=list)
     version: str = __version__
+    first_frame_s: float | None = None
+    """Seconds from the job's start (its planning) to the first output frame back at the driver."""
+    started: float = field(default_factory=time.perf_counter, repr=False)
     rows_path: Path | None = None
     """Where each item's row is appended as JSON Lines once the item is settled (done, skipped
     or failed), while the job runs; None: no rows file."""
@@ -157,10 +167,16 @@ class JobReport:
         """Add one slim output batch to the item and stage counters."""
         fold = Fold()
         touched: set[int] = set()
+        if self.first_frame_s is None and any(e != INFO_ROW for e in batch["error"]):
+            self.first_frame_s = time.perf_counter() - self.started
         for row in range(len(batch["item"])):
+            if batch["error"][row] == INFO_ROW:
+                continue  # an item's info row: the run registers it
             n = int(batch["item"][row])
             touched.add(n)
             result = self.items[n]
+            if "image" in batch and result.kind == ItemKind.UNKNOWN:  # its info row may come later
+                result.kind = ItemKind.IMAGE if bool(batch["image"][row]) else ItemKind.VIDEO
             error = str(batch["error"][row] or "")
             if bool(batch["read_failed"][row]):
                 result.fail(error or "unreadable")
@@ -169,7 +185,10 @@ class JobReport:
             _count_frame(result, error, int(batch["faces_swapped"][row]) if "faces_swapped" in batch else 0)
             _count_tracking(result, batch, row)
             if result.kind == ItemKind.VIDEO:
-                fold.segment_frames[(n, int(batch["segment"][row]))] += 1
+                key = (n, int(batch["segment"][row]))
+                fold.segment_frames[key] += 1
+                if "seg_count" in batch:
+                    fold.segment_lengths[key] = int(batch["seg_count"][row])
         for name, stats in self.stages.items():
             if f"busy_ms_{name}" in batch:
                 stats.busy_s += float(batch[f"busy_ms_{name}"].sum()) / 1000.0
@@ -183,6 +202,8 @@ class JobReport:
             "frames": self.frames,
             "wall_s": round(self.wall_s, 3),
             "frames_per_s": round(self.fps, 2),
+            "driver": {"first_frame_s": None if self.first_frame_s is None else round(self.first_frame_s, 3),
+                       "peak_rss_mb": round(_peak_rss_mb(), 1)},
             "counts": self.counts(),
             "stand_in_models": self.stand_in_models,
             "stages": {name: {"busy_s": round(s.busy_s, 3), "idle_s": round(s.idle_s, 3),
@@ -193,6 +214,11 @@ class JobReport:
     def write(self, path: Path) -> None:
         self.settle()
         atomic_write_bytes(path, json.dumps(self.to_json(), indent=2).encode())
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory so far (the driver's, for a job's report)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
 def typed_error(exc: BaseException) -> str:

@@ -132,7 +132,7 @@ class DetectStage(Stage):
     Optional per-row columns ``select_mode`` and ``face_index`` override the configured
     selection (``all``, ``largest`` or ``index``) for that row.
 
-    ``tracked=True``: the read tasks tracked the videos' faces (``FrameDatasource`` with
+    ``tracked=True``: the read tasks tracked the videos' faces (``read_unit`` with
     tracking): a row marked ``tracked`` brings its selected faces in the face columns and the
     stage only cuts their crops; other rows (images) are detected here, so the detector is
     loaded only when ``images`` says such rows may come.
@@ -184,7 +184,8 @@ class DetectStage(Stage):
         faces = FaceBatch.from_columns(batch, ids)
         faces = faces.take(np.flatnonzero(tracked[faces.frame_index]) if len(faces) else [])
         detected = np.where(tracked, np.asarray(batch["faces_found"], np.int32), 0).astype(np.int32)
-        rows = np.flatnonzero(~tracked)
+        # untracked rows are images; a row with an error (unread, an item's info row) is skipped
+        rows = np.flatnonzero(~tracked & ~np.asarray([bool(e) for e in errors], bool))
         if len(rows):
             sub_errors = [errors[r] for r in rows]
             selections = self._selections(batch, n)

@@ -42,10 +42,21 @@ class _Entry:
 class SegmentTracker:
     """The state of every segment of the videos of one run."""
 
-    def __init__(self, videos: Mapping[int, Sequence[Segment]]) -> None:
-        self._items = {item: [s.index for s in segments] for item, segments in videos.items()}
-        self._entries = {(item, s.index): _Entry(s.frame_count)
-                         for item, segments in videos.items() for s in segments}
+    def __init__(self, videos: Mapping[int, Sequence[Segment]] | None = None) -> None:
+        self._items: dict[int, list[int]] = {}
+        self._entries: dict[SegmentKey, _Entry] = {}
+        for item, segments in (videos or {}).items():
+            self.add(item, segments)
+
+    def add(self, item: int, segments: Sequence[Segment]) -> None:
+        """A video's segments (frames of a segment may have come back before: they count)."""
+        self._items[item] = [s.index for s in segments]
+        for s in segments:
+            self._entries.setdefault((item, s.index), _Entry(s.frame_count))
+
+    def known(self, item: int) -> bool:
+        """Whether the video's segments were added (its info came back)."""
+        return item in self._items
 
     def resume(self, key: SegmentKey, path: Path) -> int:
         """A segment an earlier run wrote (its file): ``DONE`` before any frame comes back;
@@ -61,13 +72,17 @@ class SegmentTracker:
         """The item's segments, in order."""
         return [(item, index) for index in self._items[item]]
 
-    def receive(self, counts: Mapping[SegmentKey, int]) -> list[SegmentKey]:
+    def receive(self, counts: Mapping[SegmentKey, int],
+                lengths: Mapping[SegmentKey, int] | None = None) -> list[SegmentKey]:
         """Count frames that reached their writers; returns the segments now whole (``FINISHING``).
 
+        A segment not added yet is counted against its length in ``lengths`` (from its rows).
         Frames of a segment already finishing, written or failed are ignored.
         """
         whole = []
         for key, count in counts.items():
+            if key not in self._entries:
+                self._entries[key] = _Entry((lengths or {})[key])
             entry = self._entries[key]
             if entry.state not in _OPEN:
                 continue
@@ -88,7 +103,12 @@ class SegmentTracker:
         self._entries[key].state = SegmentState.FAILED
 
     def complete(self, item: int) -> bool:
-        return all(self._entries[key].state is SegmentState.DONE for key in self.keys(item))
+        return self.known(item) and all(self._entries[key].state is SegmentState.DONE for key in self.keys(item))
+
+    def unfinished(self, items: set[int] | None = None) -> list[SegmentKey]:
+        """Segments not ``DONE`` (of ``items``, default all): open ones a writer may hold."""
+        return [key for key, entry in self._entries.items()
+                if entry.state is not SegmentState.DONE and (items is None or key[0] in items)]
 
     def paths(self, item: int) -> list[Path]:
         """The segment files of a complete video, in order."""

@@ -2,10 +2,12 @@
 
 ``EncodeStage`` (the last ``map_batches`` stage) sends each segment's processed frames to one
 ``SegmentWriter`` actor, chosen by the segment's key, so that every segment is encoded by a
-single writer. The writer re-orders frames by index and streams them into a PyAV encoder
-running in a thread, one per open segment; a segment's file is complete once its last frame
-is in. No process ever holds a whole video: a writer holds only frames that arrived out of
-order, and the stage returns slim rows (no pixels) to the driver, which joins the segments.
+single writer; each row's ``target`` column says where it goes (a :class:`VideoTarget`: its
+video's size, rate and parts folder; an :class:`ImageTarget`: its output). The writer re-orders
+frames by index and streams them into a PyAV encoder running in a thread, one per open
+segment; a segment's file is complete once its last frame is in. No process ever holds a
+whole video: a writer holds only frames that arrived out of order, and the stage returns slim
+rows (no pixels) to the driver, which has a Ray task join the segments.
 Image items are written directly by the stage, with the alpha plane their read task decoded
 (the ``alpha`` column), unless an earlier stage failed on the image (its row carries an
 ``error``): then nothing is written. Rows marked ``read_failed`` hold no frame and are not
@@ -30,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from fusion_ray.imageio import encode_image, write_bytes_atomic
-from fusion_ray.pipeline.datasource import alpha_plane, is_remote
+from fusion_ray.pipeline.datasource import alpha_plane, is_remote, unpack
 from fusion_ray.pipeline.parts import segment_name
 from fusion_ray.pipeline.stages import Batch, Stage, num_rows
 from fusion_ray.pipeline.tracker import SegmentKey
@@ -89,15 +91,13 @@ def segment_path(work_dir: str, key: SegmentKey) -> Path:
 class SegmentWriter:
     """Encodes the segments routed to it, each in its own encoder thread (run as a Ray actor)."""
 
-    def __init__(self, targets: Mapping[int, VideoTarget], options: EncodeOptions, max_queue: int = 32) -> None:
-        self.targets = dict(targets)
+    def __init__(self, options: EncodeOptions, max_queue: int = 32) -> None:
         self.options = options
         self.max_queue = max_queue
         self.open: dict[SegmentKey, _OpenSegment] = {}
         self.closed: set[SegmentKey] = set()  # finished or aborted: late pushes are ignored
 
-    def _start(self, key: SegmentKey, start_frame: int, frame_count: int) -> _OpenSegment:
-        target = self.targets[key[0]]
+    def _start(self, key: SegmentKey, start_frame: int, frame_count: int, target: VideoTarget) -> _OpenSegment:
         # A segment appears under its name only when complete (a re-run resumes every file
         # there): encoded to a hidden partial file, then renamed, or published whole.
         final = segment_path(target.work_dir, key)
@@ -140,7 +140,7 @@ class SegmentWriter:
         return state
 
     def push(self, key: SegmentKey, start_frame: int, frame_count: int,
-             indices: Sequence[int], frames: Sequence[np.ndarray]) -> int:
+             indices: Sequence[int], frames: Sequence[np.ndarray], target: VideoTarget) -> int:
         """Add frames of a segment (any order); returns how many frames were queued for encoding.
 
         Frames already received are ignored: when Ray Data re-runs a block after a stage actor
@@ -149,7 +149,7 @@ class SegmentWriter:
         """
         if key in self.closed:
             return 0
-        state = self.open.get(key) or self._start(key, start_frame, frame_count)
+        state = self.open.get(key) or self._start(key, start_frame, frame_count, target)
         for index, frame in zip(indices, frames, strict=True):
             if not state.start_index <= index < state.end_index:
                 raise ValueError(f"segment {key}: frame index {index} is outside "
@@ -205,16 +205,13 @@ class EncodeStage(Stage):
     """Last stage: routes video frames to their segment writer, writes image items, drops pixels."""
 
     name = "encode"
-    consumes = ("frame", "alpha", "item", "segment", "index", "read_failed")
-    retires = ("frame", "alpha")
+    consumes = ("frame", "alpha", "item", "segment", "index", "read_failed", "seg_start", "seg_count", "target")
+    retires = ("frame", "alpha", "target")
     """The driver needs no pixels: they leave here, not in a later drop_columns task (a task wants
     a whole CPU, which the actor pools may hold until the reads end)."""
 
-    def __init__(self, writers: Sequence[Any], segments: Mapping[SegmentKey, tuple[int, int]],
-                 images: Mapping[int, ImageTarget]) -> None:
+    def __init__(self, writers: Sequence[Any]) -> None:
         self.writers = list(writers)
-        self.segments = dict(segments)
-        self.images = dict(images)
         self._pool = ThreadPoolExecutor(max_workers=IMAGE_WRITE_THREADS, thread_name_prefix="image-write")
         super().__init__()
 
@@ -227,24 +224,23 @@ class EncodeStage(Stage):
         for row in range(n):
             if bool(batch["read_failed"][row]):
                 continue  # nothing was read: nothing to write
-            item = int(batch["item"][row])
-            if item in self.images:
+            if isinstance(unpack(batch["target"][row]), ImageTarget):
                 # A failed image is not written: the job reports it failed, and an output
                 # file would make a re-run skip it.
                 if not errors[row]:
                     images.append(row)
             else:
-                groups.setdefault((item, int(batch["segment"][row])), []).append(row)
+                groups.setdefault((int(batch["item"][row]), int(batch["segment"][row])), []).append(row)
         if images:  # encoded and written in parallel (the encoders and the uploads release the GIL)
-            list(self._pool.map(lambda row: self._write_image(batch, errors, row, self.images[int(batch["item"][row])]),
-                                images))
+            list(self._pool.map(lambda row: self._write_image(batch, errors, row, unpack(batch["target"][row])), images))
         pending = []
         for key, rows in groups.items():
-            start, count = self.segments[key]
+            first = rows[0]
+            start, count = int(batch["seg_start"][first]), int(batch["seg_count"][first])
             writer = self.writers[writer_for(key, len(self.writers))]
             frames = [np.asarray(batch["frame"][r]) for r in rows]
             indices = [int(batch["index"][r]) for r in rows]
-            pending.append(writer.push.remote(key, start, count, indices, frames))
+            pending.append(writer.push.remote(key, start, count, indices, frames, unpack(batch["target"][first])))
         if pending:
             ray.get(pending)  # back-pressure: the stage waits for its writers
         return {}

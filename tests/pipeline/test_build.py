@@ -11,7 +11,7 @@ CUDA = EngineConfig(runtime=RuntimeConfig(providers=["cuda"]), enhance=EnhanceCo
 
 
 def _providers(pipeline, gpus_available):
-    specs = stage_specs(CUDA, pipeline, {}, None, Sink([], {}, {}), gpus_available=gpus_available)
+    specs = stage_specs(CUDA, pipeline, {}, None, Sink([]), gpus_available=gpus_available)
     return {spec.cls.name: spec.args[0].runtime.providers for spec in specs if spec.cls is not EncodeStage}
 
 

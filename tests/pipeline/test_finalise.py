@@ -1,5 +1,5 @@
-"""The finaliser: how per-frame failures end up in a video's result when it is joined (no Ray),
-and the cleanup after a dead writer (Ray)."""
+"""The finaliser: how per-frame failures end up in a video's result when it is joined (the
+join task's body, called here without Ray), and the cleanup after a dead writer (Ray)."""
 
 import dataclasses
 import time
@@ -11,9 +11,9 @@ import ray
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.pipeline.config import JobConfig, PipelineConfig
-from fusion_ray.pipeline.finalise import cleanup, join_video
+from fusion_ray.pipeline.finalise import check_video, cleanup, done_message, join_item
 from fusion_ray.pipeline.plan import JobItem, plan_job
-from fusion_ray.pipeline.report import ItemResult, JobReport
+from fusion_ray.pipeline.report import JobReport
 from fusion_ray.pipeline.writer import SegmentWriter, VideoTarget
 from fusion_ray.video import EncodeOptions, make_test_video, probe
 
@@ -42,6 +42,16 @@ def _finished_video(clip, tmp_path, errors, engine_cfg):
     return plan, result, [clip for _ in plan.segments]
 
 
+def join_video(plan, result, paths, comment):
+    """What the driver does with a video whose segments are all written (the join in-process)."""
+    problem = check_video(plan, result)
+    if problem is not None:
+        result.fail(problem)
+        return
+    join_item(plan, paths, comment)
+    result.status, result.error = "done", done_message(result)
+
+
 def test_a_video_whose_every_frame_failed_is_failed_and_not_written(clip, tmp_path, engine_cfg):
     plan, result, paths = _finished_video(clip, tmp_path, ["swap: RuntimeError: boom"] * 6, engine_cfg)
     join_video(plan, result, paths, "")
@@ -60,9 +70,11 @@ def test_a_video_with_some_failed_frames_is_done_and_says_so(clip, tmp_path, eng
 
 def test_a_video_without_failed_frames_has_no_error(clip, tmp_path, engine_cfg):
     plan, result, paths = _finished_video(clip, tmp_path, [""] * 6, engine_cfg)
-    join_video(plan, result, paths, "made by the test")
+    # as the driver sends it: without the timestamps (the join task finds them again)
+    join_video(dataclasses.replace(plan, frame_times=None), result, paths, "made by the test")
     assert result.status == "done" and result.error == "" and result.frames_failed == 0
     assert probe(plan.output).metadata.get("comment") == "made by the test"
+    assert not plan.work_dir.parent.exists()  # the parts folder went with the join
 
 
 def test_a_video_missing_frames_is_failed(clip, tmp_path, engine_cfg):
@@ -83,27 +95,17 @@ def test_the_expected_frame_count_is_the_segment_plans(clip, tmp_path, engine_cf
 
 
 @pytest.mark.usefixtures("ray_cluster")
-def test_cleanup_goes_on_past_a_dead_writer(tmp_path, engine_cfg):
-    clip = make_test_video(tmp_path / "clip2.mp4", face_image=None, n_frames=20, fps=Fraction(25), size_wh=(64, 48),
-                           audio=False, gop=10)
-    info = probe(clip)
-    plans = plan_job([JobItem((clip,), clip, tmp_path / "a.mp4"), JobItem((clip,), clip, tmp_path / "b.mp4")],
-                     JobConfig(engine=engine_cfg, pipeline=PipelineConfig(segment_seconds=0.4))).items
-    work_dirs = [p.work_dir for p in plans]
-    assert [d.parent.name for d in work_dirs] == ["a.mp4.fusion_ray_parts", "b.mp4.fusion_ray_parts"]
-    for work_dir in work_dirs:
-        work_dir.mkdir(parents=True)
-        (work_dir / "segment_00000.mp4").write_bytes(b"finished")
-    # a was joined: its parts go; b did not finish: its finished segment stays for a re-run
-    results = [ItemResult("a", "a.mp4", kind="video", status="done"), ItemResult("b", "b.mp4", kind="video")]
-    targets = {n: VideoTarget(info.fps, info.width, info.height, str(d)) for n, d in enumerate(work_dirs)}
+def test_cleanup_aborts_open_segments_and_goes_on_past_a_dead_writer(tmp_path):
+    target = VideoTarget(Fraction(25), 64, 48, str(tmp_path / "parts"))
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "segment_00000.mp4").write_bytes(b"finished")  # stays, for a re-run
     writer_cls = ray.remote(SegmentWriter).options(num_cpus=0.01)
-    dead, alive = writer_cls.remote(targets, EncodeOptions()), writer_cls.remote(targets, EncodeOptions())
-    ray.get([dead.ready.remote(), alive.ready.remote()])
+    dead, alive = writer_cls.remote(EncodeOptions()), writer_cls.remote(EncodeOptions())
+    frame = np.zeros((48, 64, 3), np.uint8)
+    ray.get([dead.ready.remote(), alive.push.remote((0, 1), 10, 10, [10], [frame], target)])
     ray.kill(dead)
-    cleanup(plans, results, [dead, alive])  # the dead writer's abort raises: logged, not fatal
-    assert not work_dirs[0].parent.exists()
-    assert (work_dirs[1] / "segment_00000.mp4").read_bytes() == b"finished"
+    cleanup([(0, 1)], [dead, alive])  # the dead writer's abort raises: logged, not fatal
+    assert sorted(p.name for p in (tmp_path / "parts").iterdir()) == ["segment_00000.mp4"]  # no partial file
     # the live writer was stopped too (ray.kill is asynchronous: wait for it, bounded)
     for _ in range(100):
         try:

@@ -19,7 +19,7 @@ from fusion_ray.imageio import FORMAT_CHANGES_KEY, read_image
 from fusion_ray.ops.align import align_face
 from fusion_ray.ops.paste import crop_roi
 from fusion_ray.pipeline.config import JobConfig, PipelineConfig, StageResources
-from fusion_ray.pipeline.job import JobItem, run_job
+from fusion_ray.pipeline.job import JobItem, plan_job, run_job
 from fusion_ray.pipeline.manifest import expand_patterns
 from fusion_ray.video import EncodeOptions, decode_all, make_corrupt_video, make_test_video, probe
 from fusion_ray.video.synthetic import make_edit_list_video, make_truncated_video
@@ -91,6 +91,8 @@ def test_good_items_finish_and_the_bad_one_is_reported(first_run):
     assert pool["busy_s"] >= sum(saved["stages"][s]["busy_s"] for s in ("detect", "swap", "paste")) > 0
     assert 0 < pool["idle_ratio"] < 1 and saved["stages"]["detect"]["idle_s"] == 0
     assert saved["stand_in_models"] == ["arcface_w600k_r50", "inswapper_128"]
+    driver = saved["driver"]  # what the scale benchmark reads
+    assert 0 < driver["first_frame_s"] < saved["wall_s"] and driver["peak_rss_mb"] > 50
 
 
 def test_frame_count_rate_and_audio_are_preserved(first_run, media):
@@ -196,6 +198,29 @@ def test_a_failing_group_fails_its_items_and_the_others_still_run(media, job_cfg
     assert (tmp_path / "c.png").is_file() and not (tmp_path / "a.png").exists()
     assert json.loads((tmp_path / "report.json").read_text())["counts"] == {"done": 1, "failed": 2}
     assert not list(tmp_path.glob("*.fusion_ray_parts"))
+
+
+def test_items_planned_in_ray_tasks_give_the_same_outputs(first_run, job_cfg, tmp_path):
+    """plan_on_driver 0: every item is planned in a Ray task (streamed), with the same results:
+    the corrupt video fails alone, the others equal the driver-planned run's, frame for frame."""
+    items, first, out, _ = first_run
+    here = tmp_path / "out"
+    streamed = JobConfig(engine=job_cfg.engine, pipeline=job_cfg.pipeline.model_copy(update={"plan_on_driver": 0}))
+    moved = [JobItem(i.sources, i.target, here / Path(i.output).name) for i in items]
+    plan = plan_job(moved, streamed, output_root=here)
+    assert not any(p.planned for p in plan.items) and plan.items[0].kind.value == "unknown"  # nothing read here
+    report = run_job(moved, streamed, output_root=here, report_path=here / "report.json")
+    assert [(i.kind, i.status) for i in report.items] == [(i.kind, i.status) for i in first.items]
+    assert "broken.mp4" in report.items[1].error
+    assert [i.frames for i in report.items] == [i.frames for i in first.items]
+    for name in ("clip.mp4", "clip2.mp4"):
+        a, b = list(decode_all(out / name)), list(decode_all(here / name))
+        assert len(a) == len(b) and all(np.array_equal(x.frame, y.frame) for x, y in zip(a, b, strict=True)), name
+        assert probe(here / name).has_audio == probe(out / name).has_audio
+    assert np.array_equal(read_image(out / "still.png").frame, read_image(here / "still.png").frame)
+    rows = [json.loads(line) for line in (here / "report.jsonl").read_text().splitlines()]
+    assert sorted(r["index"] for r in rows) == [0, 1, 2, 3]
+    assert not list(here.glob("*.fusion_ray_parts"))
 
 
 def test_video_swap_command(media, tmp_path, standin_dir, scrfd_path, capsys):

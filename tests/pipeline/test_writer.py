@@ -8,6 +8,7 @@ import cv2
 import numpy as np
 import pytest
 
+from fusion_ray.pipeline.datasource import pack
 from fusion_ray.pipeline.writer import (
     EncodeStage,
     ImageTarget,
@@ -19,6 +20,10 @@ from fusion_ray.pipeline.writer import (
 from fusion_ray.video import EncodeOptions, decode_all, probe
 
 
+def _target(folder):
+    return VideoTarget(Fraction(25), 96, 64, str(folder))
+
+
 def _frame(i):
     frame = np.zeros((64, 96, 3), np.uint8)
     frame[:, : 4 * (i + 1)] = 200  # a bar whose width encodes the index
@@ -26,10 +31,10 @@ def _frame(i):
 
 
 def test_out_of_order_frames_are_encoded_in_order(tmp_path):
-    writer = SegmentWriter({0: VideoTarget(Fraction(25), 96, 64, str(tmp_path))}, EncodeOptions(preset="ultrafast"))
+    writer = SegmentWriter(EncodeOptions(preset="ultrafast"))
     order = [3, 0, 1, 5, 2, 4, 7, 6]
     for i in order:
-        writer.push((0, 0), 0, 8, [i], [_frame(i)])
+        writer.push((0, 0), 0, 8, [i], [_frame(i)], _target(tmp_path))
     path, written = writer.finish((0, 0))
     assert written == 8 and probe(path).frame_count == 8
     widths = [int((f.frame[32, :, 0] > 100).sum()) for f in decode_all(path)]
@@ -38,25 +43,25 @@ def test_out_of_order_frames_are_encoded_in_order(tmp_path):
 
 def test_repeated_frames_are_ignored_and_foreign_ones_rejected(tmp_path):
     """A block re-run after an actor died pushes its frames again: the segment is still whole."""
-    writer = SegmentWriter({0: VideoTarget(Fraction(25), 96, 64, str(tmp_path))}, EncodeOptions(preset="ultrafast"))
-    writer.push((0, 1), 10, 4, [11, 10], [_frame(1), _frame(0)])
-    assert writer.push((0, 1), 10, 4, [10, 11], [_frame(0), _frame(1)]) == 0  # both already received
+    writer = SegmentWriter(EncodeOptions(preset="ultrafast"))
+    writer.push((0, 1), 10, 4, [11, 10], [_frame(1), _frame(0)], _target(tmp_path))
+    assert writer.push((0, 1), 10, 4, [10, 11], [_frame(0), _frame(1)], _target(tmp_path)) == 0  # both already received
     with pytest.raises(ValueError, match="outside"):
-        writer.push((0, 1), 10, 4, [14], [_frame(4)])
-    writer.push((0, 1), 10, 4, [12, 13], [_frame(2), _frame(3)])
+        writer.push((0, 1), 10, 4, [14], [_frame(4)], _target(tmp_path))
+    writer.push((0, 1), 10, 4, [12, 13], [_frame(2), _frame(3)], _target(tmp_path))
     path, written = writer.finish((0, 1))
     assert written == 4 and probe(path).frame_count == 4
     size = Path(path).stat().st_size
-    assert writer.push((0, 1), 10, 4, [10], [_frame(0)]) == 0  # late: the finished file is left alone
+    assert writer.push((0, 1), 10, 4, [10], [_frame(0)], _target(tmp_path)) == 0  # late: the finished file is left alone
     assert Path(path).stat().st_size == size and (0, 1) not in writer.open
 
 
 def test_incomplete_segment_cannot_finish_and_abort_cleans_up(tmp_path):
-    writer = SegmentWriter({0: VideoTarget(Fraction(25), 96, 64, str(tmp_path))}, EncodeOptions())
-    writer.push((0, 2), 0, 4, [0, 1], [_frame(0), _frame(1)])
+    writer = SegmentWriter(EncodeOptions())
+    writer.push((0, 2), 0, 4, [0, 1], [_frame(0), _frame(1)], _target(tmp_path))
     with pytest.raises(RuntimeError, match="incomplete"):
         writer.finish((0, 2))
-    writer.push((0, 3), 0, 4, [0], [_frame(0)])
+    writer.push((0, 3), 0, 4, [0], [_frame(0)], _target(tmp_path))
     writer.abort([(0, 3)])
     assert not segment_path(str(tmp_path), (0, 3)).exists()
 
@@ -69,33 +74,36 @@ def test_writer_choice_is_stable():
     assert [writer_for((n, 0), 3) for n in range(3)] == [0, 1, 2]
 
 
-def _image_batch(frames, errors, alphas=None, read_failed=None):
+def _image_batch(frames, errors, targets, alphas=None, read_failed=None):
     n = len(frames)
+    target = np.empty(n, dtype=object)
+    target[:] = [pack(t) for t in targets]  # as the read tasks send them
     return {"frame": np.stack(frames), "item": np.arange(n), "segment": np.zeros(n, int), "index": np.zeros(n, int),
             "error": np.array(errors, dtype=object), "alpha": np.array(alphas or [b""] * n, dtype=object),
-            "read_failed": np.array(read_failed or [False] * n)}
+            "read_failed": np.array(read_failed or [False] * n), "seg_start": np.zeros(n, int),
+            "seg_count": np.ones(n, int), "target": target}
 
 
 def test_the_encode_stage_writes_images_but_not_failed_ones(tmp_path):
     good, failed, unread = tmp_path / "good.png", tmp_path / "failed.png", tmp_path / "unread.png"
-    stage = EncodeStage([], {}, {0: ImageTarget(str(good), {}), 1: ImageTarget(str(failed), {}),
-                                 2: ImageTarget(str(unread), {})})
+    stage = EncodeStage([])
     batch = _image_batch([_frame(3)] * 3, ["", "swap: RuntimeError: boom", "read: not an image"],
-                         read_failed=[False, False, True])
+                         [ImageTarget(str(p), {}) for p in (good, failed, unread)], read_failed=[False, False, True])
     out = stage(batch)
     assert good.is_file()
     assert not failed.exists()  # else a re-run would skip the failed item
     assert not unread.exists()
     assert "frame" not in out and list(out["error"])[:2] == ["", "swap: RuntimeError: boom"]
-    assert "alpha" not in out  # pixels do not go back to the driver
+    assert "alpha" not in out and "target" not in out  # pixels (and targets) do not go back to the driver
 
 
 def test_the_encode_stage_writes_the_alpha_that_came_with_the_image(tmp_path):
     """The read task decoded the alpha plane: the stage re-attaches it (no re-read of the target)."""
     alpha = np.tile(np.arange(96, dtype=np.uint8)[None, :] * 2, (64, 1))
     outputs = [tmp_path / "a.png", tmp_path / "a.jpg"]
-    stage = EncodeStage([], {}, {n: ImageTarget(str(p), {"Software": "test"}) for n, p in enumerate(outputs)})
-    stage(_image_batch([_frame(3)] * 2, ["", ""], alphas=[alpha.tobytes()] * 2))
+    stage = EncodeStage([])
+    stage(_image_batch([_frame(3)] * 2, ["", ""], [ImageTarget(str(p), {"Software": "test"}) for p in outputs],
+                       alphas=[alpha.tobytes()] * 2))
     written = cv2.imread(str(outputs[0]), cv2.IMREAD_UNCHANGED)
     assert written.shape == (64, 96, 4) and np.array_equal(written[..., 3], alpha)
     assert np.array_equal(written[..., :3], _frame(3))
