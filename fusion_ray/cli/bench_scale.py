@@ -83,6 +83,8 @@ class _Bench:
         from fusion_ray.bench.jobs import job_args, pipeline_yaml, run_command
 
         settings = {"progress_bars": False, **pipeline}
+        if "://" not in root:
+            Path(root).mkdir(parents=True, exist_ok=True)
         yaml = pipeline_yaml(self.work / f"{name}.pipeline.yaml", **settings)
         report = self.work / f"{name}.report.json"
         report.unlink(missing_ok=True)
@@ -105,6 +107,9 @@ def run_scale(args: argparse.Namespace) -> int:
     from fusion_ray.bench.images import make_image_set
 
     with _Bench(args) as bench:
+        warm = bench.work / "warm"
+        make_image_set(warm, 1, args.photos)  # the cluster's first workers start here, not in a measured run
+        _checked(bench.job("warm", str(args.source), str(warm / "*.jpg"), str(bench.work / "out_warm")), "warm-up")
         for count in (int(c) for c in args.counts.split(",")):
             folder = bench.work / f"images_{count}"
             make_image_set(folder, count, args.photos)

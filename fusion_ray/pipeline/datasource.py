@@ -164,10 +164,13 @@ def object_column(values: Sequence[Any]) -> np.ndarray:
     return column
 
 
-def info_block(unit: ReadUnit, info: Any, tracking: bool) -> Block:
-    """The one-row block that tells the driver what planning found of ``unit``'s item."""
-    rows = _Rows(unit, tracking)
-    rows.add(0, 0.0, np.zeros((2, 2, 3), np.uint8), error=INFO_ERROR, info=pack(info))
+def info_block(infos: Sequence[Any], tracking: bool) -> Block:
+    """The block that tells the driver what planning found of some items: one frame-less row per
+    item (``infos``: objects with a ``plan`` whose ``index`` is the item)."""
+    rows = _Rows(ReadUnit(infos[0].plan.index, "", "", None, (0, 0)), tracking)
+    for info in infos:
+        rows.add(0, 0.0, np.zeros((2, 2, 3), np.uint8), error=INFO_ERROR, info=pack(info),
+                 unit=ReadUnit(info.plan.index, "", "", None, (0, 0)))
     return rows.block()
 
 

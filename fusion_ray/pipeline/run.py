@@ -164,7 +164,9 @@ class GroupRun:
             ds = build_pipeline(ds, engine, pipeline, dict(sources.identities), reference=sources.reference,
                                 gpus_available=gpus_available, sink=Sink(self.writers, images),
                                 tracked=tracking is not None)
-            for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+            # No prefetch: with it the iterator held the first output blocks back (the first frame
+            # of a 1,000-image job came 7.7 s after the start instead of 3.5 s; BENCHMARKS.md 10).
+            for batch in ds.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=0):
                 self._on_batch(batch)
                 if progress is not None:
                     progress(self.done_frames, max(self.total, self.done_frames), self.report)

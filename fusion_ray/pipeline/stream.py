@@ -5,13 +5,14 @@ Nothing per item happens on the driver before frames move:
 - :class:`ItemSource` is a datasource whose read tasks each plan a few items
   (:func:`plan_items`): ``plan_item`` (probe, keyframe segments, checks) where the driver
   left an item unplanned, the parts key, the output folders, and a video's segments finished
-  by an earlier run (:mod:`fusion_ray.pipeline.parts`). Per item it emits an info row (an
-  :class:`ItemInfo`: the plan without its frame timestamps, and the resumed segments) and one
-  row per unit to decode: a video segment still to do, or a group of images sized by bytes.
+  by an earlier run (:mod:`fusion_ray.pipeline.parts`). It emits one row per unit to decode
+  (a video segment still to do, or a group of images sized by bytes); the first row also
+  carries the items' :class:`ItemInfo` (the plan without its frame timestamps, and the
+  resumed segments).
 - :func:`decode_units` (``map_batches``, one row at a time, at most ``read_tasks +
-  image_read_tasks`` at once: the decode-ahead bound) decodes a unit into frame blocks
-  (:mod:`fusion_ray.pipeline.datasource`); an info row becomes one frame-less row that every
-  stage skips and that tells the driver about its item.
+  image_read_tasks`` at once: the decode-ahead bound) turns the infos into frame-less info
+  rows that every stage skips and that tell the driver about their items, and decodes a unit
+  into frame blocks (:mod:`fusion_ray.pipeline.datasource`).
 
 Later items are planned while the first segments are processed, so the time to the first
 frame does not grow with the number of items.
@@ -85,28 +86,26 @@ class GroupContext:
 
 
 def plan_items(items: Sequence[ItemPlan], ctx: GroupContext) -> Iterator[Block]:
-    """One read task: plan ``items`` (see the module docstring); one block of rows."""
+    """One read task: plan ``items`` (see the module docstring); one block of rows, one per unit
+    to decode. The infos of all the items ride on the first row (decoded as one info block:
+    few rows per item travel the pipeline), or on a row of their own when nothing is decoded."""
     storage = Storage(ctx.storage)
-    rows: dict[str, list[Any]] = {"item": [], "info": [], "units": []}
+    infos: list[ItemInfo] = []
+    videos: list[ReadUnit] = []
     images: list[ReadUnit] = []
     for given in items:
         info, units = _plan_one(given, ctx, storage)
-        rows["item"].append(given.index)
-        rows["info"].append(pack(info))
-        rows["units"].append(b"")
-        for unit in units:
-            if unit.segment is None:
-                images.append(unit)
-            else:
-                rows["item"].append(given.index)
-                rows["info"].append(b"")
-                rows["units"].append(pack(Units((unit,))))
-    for group in image_groups(images, int(ctx.cfg.pipeline.image_task_mb * 2**20)):
-        rows["item"].append(group[0].item)
-        rows["info"].append(b"")
-        rows["units"].append(pack(Units(tuple(group))))
+        infos.append(info)
+        videos += [u for u in units if u.segment is not None]
+        images += [u for u in units if u.segment is None]
+    groups = [(u,) for u in videos] + [tuple(g) for g in image_groups(images, int(ctx.cfg.pipeline.image_task_mb * 2**20))]
+    rows: dict[str, list[Any]] = {"item": [], "infos": [], "units": []}
+    for k, group in enumerate(groups or [()]):
+        rows["item"].append(group[0].item if group else items[0].index)
+        rows["infos"].append(pack(tuple(infos)) if k == 0 else b"")
+        rows["units"].append(pack(Units(group)) if group else b"")
     yield BlockAccessor.batch_to_block({"item": np.asarray(rows["item"], np.int64),
-                                        "info": object_column(rows["info"]), "units": object_column(rows["units"])})
+                                        "infos": object_column(rows["infos"]), "units": object_column(rows["units"])})
 
 
 def _plan_one(given: ItemPlan, ctx: GroupContext, storage: Storage) -> tuple[ItemInfo, list[ReadUnit]]:
@@ -167,9 +166,10 @@ def decode_units(batch: Mapping[str, Any], *, block_frames: int, block_mb: float
                  storage: StorageConfig) -> Iterator[Block]:
     """``map_batches`` over the planned rows, one at a time: an info row passes as one frame-less
     row, a unit is decoded into blocks of at most ``block_frames`` frames and ``block_mb``."""
-    for n, info, units in zip(batch["item"], batch["info"], batch["units"], strict=True):
-        if not units:  # an info row
-            yield info_block(ReadUnit(int(n), "", "", None, (0, 0)), unpack(info), tracking is not None)
+    for infos, units in zip(batch["infos"], batch["units"], strict=True):
+        if infos:
+            yield info_block(unpack(infos), tracking is not None)
+        if not units:
             continue
         group = unpack(units).units
         largest = max(u.frame_hw[0] * u.frame_hw[1] * 3 for u in group)
