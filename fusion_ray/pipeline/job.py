@@ -111,7 +111,8 @@ def run_plan(plan: JobPlan, *, progress: ProgressCallback | None = None, report_
 
 def rows_path(report_path: Path) -> Path:
     """The JSON Lines file beside a report: one row per item, appended as each item settles."""
-    return report_path.with_suffix(".jsonl")
+    rows = report_path.with_suffix(".jsonl")
+    return rows.with_name(f"{report_path.stem}.rows.jsonl") if rows == report_path else rows
 
 
 def _check_fits(plan: JobPlan, gpus_now: float) -> None:

@@ -33,7 +33,7 @@ from fusion_ray.fsutil import check_not_an_input
 from fusion_ray.imageheader import ImageHeader, UnsupportedImageError, check_image_header
 from fusion_ray.imageio import DEFAULT_MAX_PIXELS, decode_image, format_changes
 from fusion_ray.pipeline.config import JobConfig
-from fusion_ray.pipeline.parts import parts_folder, parts_key
+from fusion_ray.pipeline.parts import models_fingerprint, parts_folder, parts_key
 from fusion_ray.pipeline.report import ItemKind, ItemResult, ItemStatus, typed_error
 from fusion_ray.storage import Location, Storage, StorageConfig
 from fusion_ray.storage import confine as confine_location
@@ -138,6 +138,8 @@ class GroupPlan:
     members: tuple[int, ...]
     models: Mapping[str, ModelInfo] = dataclasses.field(default_factory=dict)
     """What planning found of every model the group's pipeline needs (files, integrity, stand-ins)."""
+    models_fingerprint: str = ""
+    """The model files' identity, for the parts keys (:func:`fusion_ray.pipeline.parts.models_fingerprint`)."""
 
 
 @dataclass(frozen=True)
@@ -202,9 +204,10 @@ def plan_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Output | 
         try:
             group_cfg = with_overrides(cfg, options)
             models = inspect_models(group_cfg.engine)  # every model the pipeline needs: missing or corrupt, before Ray
-            groups.append(GroupPlan(group_cfg, tuple(indices), models))
+            fingerprint = models_fingerprint(models)
+            groups.append(GroupPlan(group_cfg, tuple(indices), models, fingerprint))
             for n in indices:
-                plans[n] = with_parts_key(plans[n], group_cfg, models)
+                plans[n] = with_parts_key(plans[n], group_cfg, fingerprint)
         except FusionRayError as exc:
             log.info("a group of %d item(s) cannot run: %s", len(indices), typed_error(exc))
             for n in indices:
@@ -212,8 +215,8 @@ def plan_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Output | 
     return JobPlan(tuple(plans), tuple(groups), storage.config, output_root, force)
 
 
-def with_parts_key(plan: ItemPlan, cfg: JobConfig, models: Mapping[str, ModelInfo]) -> ItemPlan:
-    """A planned video with its parts key (its group's settings and its inputs' fingerprints)."""
+def with_parts_key(plan: ItemPlan, cfg: JobConfig, models: str) -> ItemPlan:
+    """A planned video with its parts key (its group's settings and models, its inputs' fingerprints)."""
     if plan.kind is not ItemKind.VIDEO or not plan.runs:
         return plan
     return dataclasses.replace(plan, parts_key=parts_key(plan.fingerprints, cfg, models))
@@ -250,7 +253,7 @@ def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Output | No
         if _is_video(item.target):
             plan = dataclasses.replace(plan, kind=ItemKind.VIDEO,
                                        fingerprints=((str(item.target), stat.fingerprint),
-                                                     *_source_fingerprints(item, storage)))
+                                                     *_source_fingerprints(item, cfg, storage)))
             check_video_output(str(plan.output))  # before any work: the output would be MP4 under another name
             return _plan_video(plan, cfg, storage)
         plan = dataclasses.replace(plan, kind=ItemKind.IMAGE)
@@ -262,10 +265,12 @@ def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Output | No
                                    cause=exc if isinstance(exc, FusionRayError) else None)
 
 
-def _source_fingerprints(item: JobItem, storage: Storage) -> list[tuple[str, str]]:
-    """The sources' fingerprints (one that cannot be read fails later, when it is embedded)."""
+def _source_fingerprints(item: JobItem, cfg: JobConfig, storage: Storage) -> list[tuple[str, str]]:
+    """The sources' and the reference image's fingerprints (one that cannot be read fails later,
+    when it is embedded; its key then matches no earlier run's)."""
     out = []
-    for source in item.sources:
+    reference = cfg.engine.selection.reference_path
+    for source in (*item.sources, *((reference,) if reference is not None else ())):
         try:
             out.append((str(source), storage.stat(source).fingerprint))
         except (FusionRayError, OSError):

@@ -105,6 +105,8 @@ class Fold:
     frames: int = 0
     segment_frames: Counter[SegmentKey] = field(default_factory=Counter)
     segment_lengths: dict[SegmentKey, int] = field(default_factory=dict)
+    items: set[int] = field(default_factory=set)
+    """The items it had rows of (their report rows may be due: :meth:`JobReport.settle`)."""
 
 
 @dataclass
@@ -166,7 +168,7 @@ class JobReport:
     def fold(self, batch: Mapping[str, Any]) -> Fold:
         """Add one slim output batch to the item and stage counters."""
         fold = Fold()
-        touched: set[int] = set()
+        touched = fold.items
         if self.first_frame_s is None and any(e != INFO_ROW for e in batch["error"]):
             self.first_frame_s = time.perf_counter() - self.started
         for row in range(len(batch["item"])):
@@ -193,7 +195,6 @@ class JobReport:
             if f"busy_ms_{name}" in batch:
                 stats.busy_s += float(batch[f"busy_ms_{name}"].sum()) / 1000.0
                 stats.idle_s += float(batch[f"idle_ms_{name}"].sum()) / 1000.0
-        self.settle(touched)
         return fold
 
     def to_json(self) -> dict[str, Any]:

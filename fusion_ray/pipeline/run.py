@@ -6,14 +6,15 @@ segment writers and streams the group through Ray Data: planning tasks, decode t
 slim output batch into the report and the segment tracker: an item's info row registers it
 (a video's segments, those an earlier run finished), a segment whose frames have all reached
 their writer is finished, and a video whose segments are all written is joined by a Ray task
-(:mod:`fusion_ray.pipeline.finalise`). The driver holds a few counters per item, never a
-frame or a video's timestamps. Whatever happens, the open segments of unfinished videos are
+(:mod:`fusion_ray.pipeline.finalise`). Past planning (a few items, ``plan_on_driver``), the
+driver holds a few counters and a compact plan per item, never a frame or a video's timestamps. Whatever happens, the open segments of unfinished videos are
 aborted (their finished ones stay, for a re-run to resume) and the writers stopped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -79,9 +80,11 @@ def run_group(plan: JobPlan, group: GroupPlan, results: Sequence[ItemResult], re
     sources = Sources(identities, source_of, load_reference(driver))
     provenance = driver_provenance(group.models, driver)
     report.add_stand_ins(provenance.report_field())
-    ctx = GroupContext(group.cfg, group.models, source_of, provenance.metadata(), plan.storage, plan.output_root,
+    ctx = GroupContext(group.cfg, group.models_fingerprint, source_of, provenance.metadata(), plan.storage, plan.output_root,
                        plan.force)
-    run = GroupRun([p for p in members if p.index in source_of], ctx, results, report, provenance.comment())
+    # The planning tasks get compact plans: a video's timestamps are found again where needed.
+    items = [dataclasses.replace(p, frame_times=None) for p in members if p.index in source_of]
+    run = GroupRun(items, ctx, results, report, provenance.comment())
     run.execute(sources, progress, gpus_now)
 
 
@@ -176,6 +179,7 @@ class GroupRun:
             if error == INFO_ERROR:
                 self._register(int(n), unpack(info))
         fold = self.report.fold(batch)
+        self.report.settle(fold.items & self.heard)  # an item's row waits for its info (its warnings)
         self.done_frames += fold.frames
         for key in self.tracker.receive(fold.segment_frames, fold.segment_lengths):
             writer = self.writers[writer_for(key, len(self.writers))]
@@ -185,6 +189,8 @@ class GroupRun:
     def _register(self, n: int, info: ItemInfo) -> None:
         """An item's plan came back: what it is, whether it runs, a video's segments."""
         plan, result = info.plan, self.results[n]
+        if n in self.heard:
+            return  # a planning block delivered twice (a retried task): counted once
         self.heard.add(n)
         planned = plan.result()
         result.kind = planned.kind
@@ -196,13 +202,17 @@ class GroupRun:
         result.warnings = list(planned.warnings)  # the same as before for an item planned on the driver
         self.total += plan.expected_frames
         if plan.kind is not ItemKind.VIDEO:
+            self.report.settle([n])  # an image may have come back before its info
             return
         self.videos[n] = plan
         self.tracker.add(n, plan.segments)
-        for index, location in sorted(info.resumed.items()):
-            frames = self.tracker.resume((n, index), Path(location))
+        for index, segment in sorted(info.resumed.items()):
+            frames = self.tracker.resume((n, index), Path(segment.path))
             result.frames += frames
             result.frames_resumed += frames
+            result.frames_failed += segment.counts.frames_failed
+            result.faces_swapped += segment.counts.faces_swapped
+            result.error = result.error or segment.counts.first_error
             self.total -= frames
         if info.resumed:
             log.info("%s: %d of %d segments resumed from %s", plan.item.target, len(info.resumed),
@@ -255,7 +265,8 @@ class GroupRun:
         except Exception as exc:
             result.fail(exc)
         else:
-            result.status, result.error = ItemStatus.DONE, done_message(result)
+            if result.status == ItemStatus.PENDING:  # a read failure that came after all its frames stands
+                result.status, result.error = ItemStatus.DONE, done_message(result)
         self.videos.pop(n, None)
         self.report.settle([n])
 
@@ -266,6 +277,11 @@ class GroupRun:
         ready, _ = ray.wait(list(self.joining), num_returns=len(self.joining), timeout=CLEANUP_TIMEOUT_S)
         for ref in ready:
             self._joined(self.joining.pop(ref), ref)
+        for ref, n in self.joining.items():  # stopped: an output it was writing never appears
+            ray.cancel(ref, force=True)
+            self.results[n].fail(f"the join did not end within {CLEANUP_TIMEOUT_S:.0f} s of the job stopping")
+            self.report.settle([n])
+        self.joining.clear()
 
     def _fail_incomplete(self) -> None:
         for item in self.items:

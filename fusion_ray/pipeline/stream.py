@@ -1,6 +1,7 @@
 """A group's input as a stream of Ray Data tasks: items planned near the data, then decoded.
 
-Nothing per item happens on the driver before frames move:
+Past the few items planned on the driver (``plan_on_driver``), nothing per item happens on
+the driver before frames move:
 
 - :class:`ItemSource` is a datasource whose read tasks each plan a few items
   (:func:`plan_items`): ``plan_item`` (probe, keyframe segments, checks) where the driver
@@ -31,7 +32,6 @@ import numpy as np
 from ray.data.block import Block, BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from fusion_ray.core.modelset import ModelInfo
 from fusion_ray.errors import describe_error
 from fusion_ray.imageio import FORMAT_CHANGES_KEY
 from fusion_ray.pipeline.config import JobConfig
@@ -45,12 +45,12 @@ from fusion_ray.pipeline.datasource import (
     read_unit,
     unpack,
 )
-from fusion_ray.pipeline.parts import finished_segments, remove_other_keys
+from fusion_ray.pipeline.parts import ResumedSegment, finished_segments
 from fusion_ray.pipeline.plan import ItemPlan, Output, plan_item, with_parts_key
 from fusion_ray.pipeline.report import ItemKind, ItemStatus
 from fusion_ray.pipeline.track_read import TrackedRead
 from fusion_ray.pipeline.writer import ImageTarget, VideoTarget
-from fusion_ray.storage import Location, Storage, StorageConfig, StorageError
+from fusion_ray.storage import Location, Storage, StorageConfig
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +60,8 @@ class ItemInfo:
     """What planning found of one item, for the driver: compact (no frame timestamps)."""
 
     plan: ItemPlan
-    resumed: Mapping[int, str] = dataclasses.field(default_factory=dict)
-    """Segments an earlier run finished: index to its file (a path or a URI)."""
+    resumed: Mapping[int, ResumedSegment] = dataclasses.field(default_factory=dict)
+    """Segments an earlier run finished, by index: the file and its frames' counts."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,8 @@ class GroupContext:
     """What the planning tasks need to know of the group."""
 
     cfg: JobConfig
-    models: Mapping[str, ModelInfo]
+    models: str
+    """The group's :func:`fusion_ray.pipeline.parts.models_fingerprint`."""
     source_of: Mapping[int, str]
     metadata: Mapping[str, str]
     """The provenance written into every image output."""
@@ -114,19 +115,20 @@ def _plan_one(given: ItemPlan, ctx: GroupContext, storage: Storage) -> tuple[Ite
     if not plan.planned:
         plan = with_parts_key(plan_item(given.index, given.item, ctx.cfg, output_root=ctx.output_root,
                                         force=ctx.force, storage=storage), ctx.cfg, ctx.models)
-    resumed: dict[int, str] = {}
+    resumed: dict[int, ResumedSegment] = {}
     units: list[ReadUnit] = []
     if plan.runs:
         try:
             _make_folders(plan, storage)
             if plan.kind is ItemKind.VIDEO:
-                found = finished_segments(storage, plan.work_dir, plan.segments)
-                resumed = {index: str(location) for index, location in found.items()}
-                units = _video_units(plan, ctx, set(found))
+                if not plan.parts_key:
+                    raise ValueError(f"item {plan.index}: a video planned without its parts key")
+                resumed = finished_segments(storage, plan.work_dir, plan.segments)
+                units = _video_units(plan, ctx, set(resumed))
             else:
                 units = [ReadUnit(plan.index, str(plan.item.target), ctx.source_of[plan.index], None, plan.frame_hw,
                                   target=_image_target(plan, ctx))]
-        except (OSError, StorageError) as exc:
+        except Exception as exc:  # this item fails alone (a model or Ray error is no planning error)
             plan = dataclasses.replace(plan, status=ItemStatus.FAILED, error=describe_error(exc))
             units = []
     compact = dataclasses.replace(plan, frame_times=None, cause=None)
@@ -151,10 +153,7 @@ def _image_target(plan: ItemPlan, ctx: GroupContext) -> ImageTarget:
 
 
 def _make_folders(plan: ItemPlan, storage: Storage) -> None:
-    """The output's folder and a video's parts folder, without the parts of other settings or
-    inputs; in a bucket there are no folders to make."""
-    if plan.kind is ItemKind.VIDEO:
-        remove_other_keys(storage, plan.work_dir)
+    """The output's folder and a video's parts folder; in a bucket there are no folders to make."""
     if isinstance(plan.output, Location) or isinstance(plan.work_dir, Location):
         return
     plan.output.parent.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,7 @@ import numpy as np
 
 from fusion_ray.imageio import encode_image, write_bytes_atomic
 from fusion_ray.pipeline.datasource import alpha_plane, is_remote, unpack
-from fusion_ray.pipeline.parts import segment_name
+from fusion_ray.pipeline.parts import SegmentCounts, counts_name, segment_name
 from fusion_ray.pipeline.stages import Batch, Stage, num_rows
 from fusion_ray.pipeline.tracker import SegmentKey
 from fusion_ray.storage import Storage, StorageConfig
@@ -80,6 +80,7 @@ class _OpenSegment:
     pending: dict[int, np.ndarray] = field(default_factory=dict)
     error: BaseException | None = None
     written: int = 0
+    counts: SegmentCounts = field(default_factory=lambda: SegmentCounts())
     published: str = ""
     """Where the finished file goes: its name in the parts folder (a URI in a bucket)."""
 
@@ -127,7 +128,9 @@ class SegmentWriter:
                 if state.next_index != state.end_index:  # ended early (aborted, incomplete): never published
                     path.unlink(missing_ok=True)
                     return
-                Storage(target.storage).publish(path, published, move=True)  # a rename for a local file
+                store = Storage(target.storage)
+                store.write_bytes_atomic(counts_name(published), state.counts.to_json())
+                store.publish(path, published, move=True)  # a rename for a local file
             except BaseException as exc:  # reported by finish()
                 state.error = exc
                 path.unlink(missing_ok=True)
@@ -140,8 +143,10 @@ class SegmentWriter:
         return state
 
     def push(self, key: SegmentKey, start_frame: int, frame_count: int,
-             indices: Sequence[int], frames: Sequence[np.ndarray], target: VideoTarget) -> int:
-        """Add frames of a segment (any order); returns how many frames were queued for encoding.
+             indices: Sequence[int], frames: Sequence[np.ndarray], target: VideoTarget,
+             errors: Sequence[str] | None = None, faces: Sequence[int] | None = None) -> int:
+        """Add frames of a segment (any order), with each frame's error (a failed frame is passed
+        through) and swapped faces; returns how many frames were queued for encoding.
 
         Frames already received are ignored: when Ray Data re-runs a block after a stage actor
         died, the block's frames may arrive a second time. A segment already finished or
@@ -150,13 +155,16 @@ class SegmentWriter:
         if key in self.closed:
             return 0
         state = self.open.get(key) or self._start(key, start_frame, frame_count, target)
-        for index, frame in zip(indices, frames, strict=True):
+        errors = errors if errors is not None else [""] * len(indices)
+        faces = faces if faces is not None else [0] * len(indices)
+        for index, frame, error, swapped in zip(indices, frames, errors, faces, strict=True):
             if not state.start_index <= index < state.end_index:
                 raise ValueError(f"segment {key}: frame index {index} is outside "
                                  f"[{state.start_index}, {state.end_index})")
             if index < state.next_index or index in state.pending:
                 continue  # a repeat
             state.pending[int(index)] = frame
+            state.counts.add(error, int(swapped))
         queued = 0
         while state.next_index in state.pending:
             state.frames.put(state.pending.pop(state.next_index))
@@ -240,7 +248,9 @@ class EncodeStage(Stage):
             writer = self.writers[writer_for(key, len(self.writers))]
             frames = [np.asarray(batch["frame"][r]) for r in rows]
             indices = [int(batch["index"][r]) for r in rows]
-            pending.append(writer.push.remote(key, start, count, indices, frames, unpack(batch["target"][first])))
+            faces = [int(batch["faces_swapped"][r]) if "faces_swapped" in batch else 0 for r in rows]
+            pending.append(writer.push.remote(key, start, count, indices, frames, unpack(batch["target"][first]),
+                                              [errors[r] for r in rows], faces))
         if pending:
             ray.get(pending)  # back-pressure: the stage waits for its writers
         return {}

@@ -10,6 +10,7 @@ import pytest
 from fusion_ray.config import EngineConfig
 from fusion_ray.pipeline.config import JobConfig, PipelineConfig
 from fusion_ray.pipeline.datasource import INFO_ERROR, unpack
+from fusion_ray.pipeline.parts import SegmentCounts
 from fusion_ray.pipeline.plan import JobItem, plan_job
 from fusion_ray.pipeline.stream import GroupContext, decode_units, plan_items
 from fusion_ray.video import make_test_video
@@ -29,7 +30,7 @@ def job(tmp_path, models_config):
              JobItem((tmp_path / "p0.png",), tmp_path / "missing.mp4", tmp_path / "out" / "m.mp4")]
     plan = plan_job(items, cfg, output_root=tmp_path / "out")
     (group,) = plan.groups
-    ctx = GroupContext(cfg, group.models, {n: "s0" for n in range(5)}, {"Software": "test"},
+    ctx = GroupContext(cfg, group.models_fingerprint, {n: "s0" for n in range(5)}, {"Software": "test"},
                        output_root=tmp_path / "out")
     return plan, ctx
 
@@ -61,16 +62,19 @@ def test_finished_segments_are_resumed_and_not_decoded(job):
     plan, ctx = job
     info = next(i for n, i, _ in _rows(plan, ctx) if n == 0 and i is not None)
     work_dir = info.plan.work_dir
+    (work_dir / "segment_00001.json").write_bytes(SegmentCounts(2, 5, "swap: boom").to_json())
     (work_dir / "segment_00001.mp4").write_bytes(b"finished earlier")
     (work_dir / ".segment_00002.mp4.partial").write_bytes(b"cut off by a kill")
+    (work_dir / "segment_00000.mp4").write_bytes(b"no counts beside it: not reused")
     stale = work_dir.parent / "0000000000000000"
     stale.mkdir()
     (stale / "segment_00000.mp4").write_bytes(b"other settings")
     rows = _rows(plan, ctx)
     info = next(i for n, i, _ in rows if n == 0 and i is not None)
-    assert list(info.resumed) == [1] and info.resumed[1].endswith("segment_00001.mp4")
+    assert list(info.resumed) == [1] and info.resumed[1].path.endswith("segment_00001.mp4")
+    assert info.resumed[1].counts == SegmentCounts(2, 5, "swap: boom")  # as the run that made it counted
     assert [u[0].segment.index for n, _, u in rows if n == 0 and u is not None] == [0, 2]
-    assert not stale.exists()  # parts of other settings are removed
+    assert stale.is_dir()  # other keys stay until the video is joined (a key changed by mistake loses nothing)
 
 
 def test_decode_passes_info_rows_and_decodes_units(job):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fusion_ray.pipeline.datasource import pack
+from fusion_ray.pipeline.parts import SegmentCounts
 from fusion_ray.pipeline.writer import (
     EncodeStage,
     ImageTarget,
@@ -108,3 +109,13 @@ def test_the_encode_stage_writes_the_alpha_that_came_with_the_image(tmp_path):
     assert written.shape == (64, 96, 4) and np.array_equal(written[..., 3], alpha)
     assert np.array_equal(written[..., :3], _frame(3))
     assert cv2.imread(str(outputs[1]), cv2.IMREAD_UNCHANGED).shape == (64, 96, 3)  # JPEG has no alpha
+
+
+def test_a_segment_file_comes_with_its_frames_counts(tmp_path):
+    """Written before the segment appears, so that a resumed segment counts as it was made."""
+    writer = SegmentWriter(EncodeOptions(preset="ultrafast"))
+    writer.push((0, 0), 0, 3, [0, 1], [_frame(0), _frame(1)], _target(tmp_path), ["", "swap: boom"], [1, 0])
+    writer.push((0, 0), 0, 3, [1, 2], [_frame(1), _frame(2)], _target(tmp_path), ["swap: boom", ""], [0, 2])  # 1 repeats
+    path, _ = writer.finish((0, 0))
+    counts = SegmentCounts.from_json((tmp_path / "segment_00000.json").read_bytes())
+    assert Path(path).is_file() and counts == SegmentCounts(frames_failed=1, faces_swapped=3, first_error="swap: boom")
