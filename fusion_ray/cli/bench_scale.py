@@ -183,15 +183,19 @@ def run_videos(args: argparse.Namespace) -> int:
         clips = make_clips(work / "in", args.clips, args.source, frames=args.frames)
         engine = shlex.split(args.engine_args)
         yaml = pipeline_yaml(work / "p.yaml", progress_bars=False)
+        for folder in (work / "job", work / "swap"):
+            folder.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         job = run_command(["job", "--source-pattern", str(args.source), "--target-pattern", str(work / "in" / "*.mp4"),
                            "--output-pattern", "{target_name}.mp4", "--output-root", str(work / "job"),
                            "--pipeline-config", str(yaml), "--force", *engine], work / "job" / "fusion_ray_report.json")
         job_s = time.perf_counter() - start
+        _checked(job, "the job")
         swaps = []
         for clip in clips:
             run = run_command(["swap", "-s", str(args.source), "-t", str(clip), "-o", str(work / "swap" / clip.name),
                                "--pipeline-config", str(yaml), "--force", *engine])
+            _checked(run, f"swap {clip.name}")
             swaps.append(round(run.wall_s, 2))
         _emit({"clips": args.clips, "frames_each": args.frames, "job_wall_s": round(job_s, 2), "job_code": job.code,
                "swap_walls_s": swaps, "swaps_total_s": round(sum(swaps), 2),
