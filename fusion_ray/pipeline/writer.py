@@ -17,11 +17,13 @@ job counts them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -85,6 +87,25 @@ class _OpenSegment:
     """Where the finished file goes: its name in the parts folder (a URI in a bucket)."""
 
 
+SPOOL_STALE_S = 3600.0
+"""A spooled segment not written to for this long was left by a writer that died with its
+driver (an encoding file grows with every frame): the next writer on the node removes it."""
+
+
+def sweep_spool(folder: Path, stale_s: float = SPOOL_STALE_S) -> int:
+    """Remove the stale spooled segments in ``folder``; returns how many."""
+    removed = 0
+    now = time.time()
+    for path in folder.glob("segment.*.mp4") if folder.is_dir() else ():
+        with contextlib.suppress(OSError):
+            if now - path.stat().st_mtime > stale_s:
+                path.unlink()
+                removed += 1
+    if removed:
+        log.info("removed %d stale spooled segment(s) from %s", removed, folder)
+    return removed
+
+
 def segment_path(work_dir: str, key: SegmentKey) -> Path:
     return Path(work_dir) / segment_name(key[1])
 
@@ -92,11 +113,14 @@ def segment_path(work_dir: str, key: SegmentKey) -> Path:
 class SegmentWriter:
     """Encodes the segments routed to it, each in its own encoder thread (run as a Ray actor)."""
 
-    def __init__(self, options: EncodeOptions, max_queue: int = 32) -> None:
+    def __init__(self, options: EncodeOptions, max_queue: int = 32, spool_dir: Path | None = None) -> None:
         self.options = options
         self.max_queue = max_queue
         self.open: dict[SegmentKey, _OpenSegment] = {}
         self.closed: set[SegmentKey] = set()  # finished or aborted: late pushes are ignored
+        self.spool_dir = spool_dir or Path(tempfile.gettempdir()) / "fusion_ray_segments"
+        """Where segments bound for a bucket are encoded before they are published."""
+        sweep_spool(self.spool_dir)
 
     def _start(self, key: SegmentKey, start_frame: int, frame_count: int, target: VideoTarget) -> _OpenSegment:
         # A segment appears under its name only when complete (a re-run resumes every file
@@ -104,7 +128,8 @@ class SegmentWriter:
         final = segment_path(target.work_dir, key)
         path, published = final.with_name(f".{final.name}.partial"), str(final)
         if is_remote(target.work_dir):
-            fd, name = tempfile.mkstemp(prefix=".fusion_ray_segment.", suffix=".mp4")
+            self.spool_dir.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix="segment.", suffix=".mp4", dir=self.spool_dir)
             os.close(fd)
             path, published = Path(name), f"{target.work_dir}/{final.name}"
         frames: queue.Queue[Any] = queue.Queue(maxsize=self.max_queue)

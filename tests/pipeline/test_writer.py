@@ -119,3 +119,18 @@ def test_a_segment_file_comes_with_its_frames_counts(tmp_path):
     path, _ = writer.finish((0, 0))
     counts = SegmentCounts.from_json((tmp_path / "segment_00000.json").read_bytes())
     assert Path(path).is_file() and counts == SegmentCounts(frames_failed=1, faces_swapped=3, first_error="swap: boom")
+
+
+def test_a_writer_removes_stale_spooled_segments_only(tmp_path):
+    """A writer killed with its driver leaves the segment it was encoding for a bucket: the next
+    writer on the node removes it once it has not grown for an hour, and leaves a live one."""
+    import os
+    import time
+
+    stale, live = tmp_path / "segment.abc.mp4", tmp_path / "segment.def.mp4"
+    stale.write_bytes(b"left by a kill -9")
+    live.write_bytes(b"being encoded")
+    old = time.time() - 2 * 3600
+    os.utime(stale, (old, old))
+    SegmentWriter(EncodeOptions(), spool_dir=tmp_path)
+    assert not stale.exists() and live.exists()
