@@ -76,11 +76,6 @@ def job_args(*, sources: str, targets: str, root: str, address: str, pipeline: P
             "--no-progress-bars", "--force", *engine]
 
 
-def driver_stats(report: dict[str, Any]) -> dict[str, float]:
-    """The ``driver`` section a job's report carries (time to first frame, peak RSS)."""
-    return dict(report.get("driver", {}))
-
-
 def pipeline_yaml(path: Path, **settings: Any) -> Path:
     """A pipeline config file with these ``pipeline`` settings (JSON is YAML)."""
     path.write_text(json.dumps({"pipeline": settings}))

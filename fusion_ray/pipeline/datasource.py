@@ -22,7 +22,6 @@ tracking counters (:data:`TRACK_COLUMNS`); the detect stage then only cuts the c
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import pickle
 from collections.abc import Iterator, Sequence
@@ -51,7 +50,7 @@ from fusion_ray.video.segments import Segment
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FRAME_COLUMNS", "INFO_ERROR", "NO_ALPHA", "TRACK_COLUMNS", "ReadUnit", "alpha_plane", "info_block",
+__all__ = ["FRAME_COLUMNS", "INFO_ROW", "NO_ALPHA", "TRACK_COLUMNS", "ReadUnit", "alpha_plane", "info_block",
            "object_column", "pack", "unpack",
            "read_images", "read_unit"]
 
@@ -61,8 +60,6 @@ FRAME_COLUMNS = ("item", "segment", "index", "time_s", "source_id", "frame", "al
 segment's first frame and length (0, 1 for an image); ``target``: where the encode stage sends it (a
 ``VideoTarget`` or an ``ImageTarget``, :func:`pack`-ed); ``info``: ``b""``, or on an info row (no
 frame) what planning found of its item, packed."""
-INFO_ERROR = INFO_ROW
-"""The ``error`` of an info row: every stage skips a row with an error."""
 NO_ALPHA = b""
 
 
@@ -76,8 +73,9 @@ class ReadUnit:
     segment: Segment | None
     frame_hw: tuple[int, int]
     fps: float = 30.0
-    target: Any = None
-    """Where its frames go (``writer.VideoTarget`` or ``writer.ImageTarget``)."""
+    target: bytes = b""
+    """Where its frames go: a ``writer.VideoTarget`` or ``writer.ImageTarget``, :func:`pack`-ed
+    once (the units of a video share it)."""
 
 
 class _Rows:
@@ -88,14 +86,6 @@ class _Rows:
         self.tracking = tracking
         self.columns: dict[str, list[Any]] = {name: [] for name in FRAME_COLUMNS}
         self.tracked: list[TrackedFrame | None] = []
-        self._targets: dict[int, tuple[ReadUnit, bytes]] = {}
-
-    def _target(self, unit: ReadUnit) -> bytes:
-        """The unit's packed target (packed once per unit)."""
-        key = id(unit)
-        if key not in self._targets:
-            self._targets[key] = (unit, pack(unit.target) if unit.target is not None else b"")
-        return self._targets[key][1]
 
     def __len__(self) -> int:
         return len(self.tracked)
@@ -109,7 +99,7 @@ class _Rows:
         for name, value in (("item", unit.item), ("segment", segment), ("index", index), ("time_s", time_s),
                             ("source_id", unit.source_id), ("frame", frame), ("alpha", alpha),
                             ("error", error), ("read_failed", bool(error)), ("image", seg is None), ("seg_start", start),
-                            ("seg_count", count), ("target", self._target(unit)), ("info", info)):
+                            ("seg_count", count), ("target", unit.target), ("info", info)):
             self.columns[name].append(value)
         self.tracked.append(tracked)
 
@@ -149,10 +139,8 @@ def pack(value: Any) -> bytes:
     return cloudpickle.dumps(value)  # (mapping proxies in the plans: plain pickle refuses them)
 
 
-@functools.lru_cache(maxsize=256)
 def unpack(data: bytes) -> Any:
-    """The object :func:`pack` made (cached: the rows of a unit share one target). Only this
-    job's own tasks write these columns."""
+    """The object :func:`pack` made. Only this job's own tasks write these columns."""
     return pickle.loads(data)  # noqa: S301 - the job's own rows, never user input
 
 
@@ -164,23 +152,20 @@ def object_column(values: Sequence[Any]) -> np.ndarray:
     return column
 
 
-def info_block(infos: Sequence[Any], tracking: bool) -> Block:
+def info_block(infos: Sequence[tuple[int, bytes]], tracking: bool) -> Block:
     """The block that tells the driver what planning found of some items: one frame-less row per
-    item (``infos``: objects with a ``plan`` whose ``index`` is the item)."""
-    rows = _Rows(ReadUnit(infos[0].plan.index, "", "", None, (0, 0)), tracking)
-    for info in infos:
-        rows.add(0, 0.0, np.zeros((2, 2, 3), np.uint8), error=INFO_ERROR, info=pack(info),
-                 unit=ReadUnit(info.plan.index, "", "", None, (0, 0)))
+    (item, packed info)."""
+    rows = _Rows(ReadUnit(infos[0][0], "", "", None, (0, 0)), tracking)
+    for item, info in infos:
+        rows.add(0, 0.0, np.zeros((2, 2, 3), np.uint8), error=INFO_ROW, info=info,
+                 unit=ReadUnit(item, "", "", None, (0, 0)))
     return rows.block()
 
 
 def _frames_column(frames: list[np.ndarray]) -> np.ndarray:
     if all(f.shape == frames[0].shape for f in frames):
         return np.stack(frames)
-    column = np.empty(len(frames), dtype=object)
-    for i, frame in enumerate(frames):
-        column[i] = frame
-    return column
+    return object_column(frames)
 
 
 def is_remote(path: str) -> bool:
@@ -198,9 +183,9 @@ def _media(path: str, storage: StorageConfig | None) -> Iterator[Media]:
         yield media
 
 
-def _read_image(path: str, storage: StorageConfig | None) -> LoadedImage:
+def _read_image(path: str, storage: Storage) -> LoadedImage:
     if is_remote(path):
-        return decode_image(Storage(storage).read_bytes(path), path)
+        return decode_image(storage.read_bytes(path), path)
     return read_image(Path(path))
 
 
@@ -255,10 +240,11 @@ def read_images(units: Sequence[ReadUnit], block_frames: int, tracking: bool = F
                 storage: StorageConfig | None = None) -> Iterator[Block]:
     """Decode a group of image units into blocks of at most ``block_frames`` images; an image
     that cannot be read is its own ``read_failed`` row (the others are still read)."""
+    store = Storage(storage)  # one client for the group
     rows = _Rows(units[0], tracking)
     for unit in units:
         try:
-            image = _read_image(unit.path, storage)
+            image = _read_image(unit.path, store)
             rows.add(0, 0.0, image.frame, image.alpha.tobytes() if image.alpha is not None else NO_ALPHA, unit=unit)
         except Exception as exc:  # a corrupt or vanished image fails that item only
             message = _message(exc)

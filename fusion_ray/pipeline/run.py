@@ -26,7 +26,7 @@ import ray
 from fusion_ray.image import load_reference
 from fusion_ray.pipeline.build import Sink, build_pipeline
 from fusion_ray.pipeline.config import FUSED_POOL, PipelineConfig
-from fusion_ray.pipeline.datasource import INFO_ERROR, unpack
+from fusion_ray.pipeline.datasource import INFO_ROW, unpack
 from fusion_ray.pipeline.finalise import (
     CLEANUP_TIMEOUT_S,
     check_video,
@@ -60,11 +60,10 @@ ProgressCallback = Callable[[int, int, JobReport], None]
 
 @dataclass(frozen=True)
 class Sources:
-    """What the driver prepared for the stages: identities by source id, each item's source id,
-    and the reference face's embedding (``--select reference``)."""
+    """What the driver prepared for the stages: identities by source id, and the reference
+    face's embedding (``--select reference``); each item's source id is in the GroupContext."""
 
     identities: Mapping[str, SourceIdentity]
-    source_of: Mapping[int, str]
     reference: Embedding | None
 
 
@@ -77,7 +76,7 @@ def run_group(plan: JobPlan, group: GroupPlan, results: Sequence[ItemResult], re
     identities, source_of = prepare_identities({p.index: p.item.sources for p in members}, driver, results,
                                                storage)
     report.settle(group.members)  # items whose sources failed
-    sources = Sources(identities, source_of, load_reference(driver))
+    sources = Sources(identities, load_reference(driver))
     provenance = driver_provenance(group.models, driver)
     report.add_stand_ins(provenance.report_field())
     ctx = GroupContext(group.cfg, group.models_fingerprint, source_of, provenance.metadata(), plan.storage, plan.output_root,
@@ -95,7 +94,6 @@ class GroupRun:
                  report: JobReport, comment: str) -> None:
         self.items = list(items)
         self.ctx = ctx
-        self.storage = Storage(ctx.storage)
         self.results = results
         self.report = report
         self.comment = comment
@@ -176,7 +174,7 @@ class GroupRun:
 
     def _on_batch(self, batch: Mapping[str, Any]) -> None:
         for n, info, error in zip(batch["item"], batch["info"], batch["error"], strict=True):
-            if error == INFO_ERROR:
+            if error == INFO_ROW:
                 self._register(int(n), unpack(info))
         fold = self.report.fold(batch)
         self.report.settle(fold.items & self.heard)  # an item's row waits for its info (its warnings)

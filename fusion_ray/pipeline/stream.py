@@ -103,7 +103,7 @@ def plan_items(items: Sequence[ItemPlan], ctx: GroupContext) -> Iterator[Block]:
     rows: dict[str, list[Any]] = {"item": [], "infos": [], "units": []}
     for k, group in enumerate(groups or [()]):
         rows["item"].append(group[0].item if group else items[0].index)
-        rows["infos"].append(pack(tuple(infos)) if k == 0 else b"")
+        rows["infos"].append(pack(tuple((i.plan.index, pack(i)) for i in infos)) if k == 0 else b"")
         rows["units"].append(pack(Units(group)) if group else b"")
     yield BlockAccessor.batch_to_block({"item": np.asarray(rows["item"], np.int64),
                                         "infos": object_column(rows["infos"]), "units": object_column(rows["units"])})
@@ -138,18 +138,19 @@ def _plan_one(given: ItemPlan, ctx: GroupContext, storage: Storage) -> tuple[Ite
 def _video_units(plan: ItemPlan, ctx: GroupContext, resumed: set[int]) -> list[ReadUnit]:
     video = plan.video
     assert video is not None
-    target = VideoTarget(video.fps, video.width, video.height, str(plan.work_dir), ctx.storage)
+    target = pack(VideoTarget(video.fps, video.width, video.height, str(plan.work_dir), ctx.storage))
     source_id = ctx.source_of[plan.index]
     return [ReadUnit(plan.index, str(plan.item.target), source_id, s, plan.frame_hw, float(video.fps), target)
             for s in plan.segments if s.index not in resumed]
 
 
-def _image_target(plan: ItemPlan, ctx: GroupContext) -> ImageTarget:
-    """An image output's metadata: the provenance, and what writing it changed (as the image command)."""
+def _image_target(plan: ItemPlan, ctx: GroupContext) -> bytes:
+    """An image's output and its metadata: the provenance, and what writing it changed (as the
+    image command), packed."""
     metadata = dict(ctx.metadata)
     if plan.format_changes:
         metadata[FORMAT_CHANGES_KEY] = "; ".join(plan.format_changes)
-    return ImageTarget(str(plan.output), metadata, ctx.storage)
+    return pack(ImageTarget(str(plan.output), metadata, ctx.storage))
 
 
 def _make_folders(plan: ItemPlan, storage: Storage) -> None:
@@ -198,8 +199,10 @@ class ItemSource(Datasource):
         tasks = []
         for start in range(0, len(self.items), self.chunk):
             chunk = self.items[start:start + self.chunk]
+            # each task carries its own items' source ids, not the whole job's
+            ctx = dataclasses.replace(self.ctx, source_of={p.index: self.ctx.source_of[p.index] for p in chunk})
             metadata = BlockMetadata(num_rows=None, size_bytes=None, input_files=None, exec_stats=None)
-            tasks.append(ReadTask(functools.partial(plan_items, chunk, self.ctx), metadata))
+            tasks.append(ReadTask(functools.partial(plan_items, chunk, ctx), metadata))
         return tasks
 
     def get_name(self) -> str:

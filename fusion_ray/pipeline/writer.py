@@ -238,7 +238,8 @@ class EncodeStage(Stage):
     """Last stage: routes video frames to their segment writer, writes image items, drops pixels."""
 
     name = "encode"
-    consumes = ("frame", "alpha", "item", "segment", "index", "read_failed", "seg_start", "seg_count", "target")
+    consumes = ("frame", "alpha", "item", "segment", "index", "read_failed", "image", "seg_start", "seg_count",
+                "target")
     retires = ("frame", "alpha", "target")
     """The driver needs no pixels: they leave here, not in a later drop_columns task (a task wants
     a whole CPU, which the actor pools may hold until the reads end)."""
@@ -246,7 +247,17 @@ class EncodeStage(Stage):
     def __init__(self, writers: Sequence[Any]) -> None:
         self.writers = list(writers)
         self._pool = ThreadPoolExecutor(max_workers=IMAGE_WRITE_THREADS, thread_name_prefix="image-write")
+        self._targets: dict[bytes, Any] = {}
+        """Unpacked targets (the rows of a video share one)."""
         super().__init__()
+
+    def _target(self, packed: bytes) -> Any:
+        if packed not in self._targets:
+            if len(self._targets) > 1024:
+                self._targets.clear()
+            self._targets[packed] = unpack(packed)
+        return self._targets[packed]
+
 
     def process(self, batch: Batch, errors: list[str]) -> Batch:
         import ray
@@ -257,7 +268,7 @@ class EncodeStage(Stage):
         for row in range(n):
             if bool(batch["read_failed"][row]):
                 continue  # nothing was read: nothing to write
-            if isinstance(unpack(batch["target"][row]), ImageTarget):
+            if bool(batch["image"][row]):
                 # A failed image is not written: the job reports it failed, and an output
                 # file would make a re-run skip it.
                 if not errors[row]:
@@ -265,7 +276,8 @@ class EncodeStage(Stage):
             else:
                 groups.setdefault((int(batch["item"][row]), int(batch["segment"][row])), []).append(row)
         if images:  # encoded and written in parallel (the encoders and the uploads release the GIL)
-            list(self._pool.map(lambda row: self._write_image(batch, errors, row, unpack(batch["target"][row])), images))
+            jobs = [(row, self._target(batch["target"][row])) for row in images]
+            list(self._pool.map(lambda job: self._write_image(batch, errors, *job), jobs))
         pending = []
         for key, rows in groups.items():
             first = rows[0]
@@ -274,7 +286,7 @@ class EncodeStage(Stage):
             frames = [np.asarray(batch["frame"][r]) for r in rows]
             indices = [int(batch["index"][r]) for r in rows]
             faces = [int(batch["faces_swapped"][r]) if "faces_swapped" in batch else 0 for r in rows]
-            pending.append(writer.push.remote(key, start, count, indices, frames, unpack(batch["target"][first]),
+            pending.append(writer.push.remote(key, start, count, indices, frames, self._target(batch["target"][first]),
                                               [errors[r] for r in rows], faces))
         if pending:
             ray.get(pending)  # back-pressure: the stage waits for its writers

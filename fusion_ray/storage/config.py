@@ -12,6 +12,7 @@ Google's default credentials; ``STORAGE_EMULATOR_HOST`` points it at an emulator
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
@@ -149,8 +150,10 @@ def make_gcs(settings: GcsSettings) -> pafs.FileSystem:
     return pafs.GcsFileSystem(**kwargs)
 
 
+@functools.lru_cache(maxsize=32)
 def make_filesystem(scheme: str, config: StorageConfig) -> pafs.FileSystem:
-    """The filesystem of ``scheme`` ('file', 's3' or 'gs')."""
+    """The filesystem of ``scheme`` ('file', 's3' or 'gs'): one per scheme and settings in a
+    process (a ``Storage`` is rebuilt from its config in every task; an S3 client is costly)."""
     if scheme == "file":
         return pafs.LocalFileSystem()
     if scheme == "s3":

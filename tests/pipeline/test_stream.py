@@ -9,7 +9,7 @@ import pytest
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.pipeline.config import JobConfig, PipelineConfig
-from fusion_ray.pipeline.datasource import INFO_ERROR, unpack
+from fusion_ray.pipeline.datasource import INFO_ROW, unpack
 from fusion_ray.pipeline.parts import SegmentCounts
 from fusion_ray.pipeline.plan import JobItem, plan_job
 from fusion_ray.pipeline.stream import GroupContext, decode_units, plan_items
@@ -39,7 +39,7 @@ def _rows(plan, ctx):
     """(item, info, units) per item info and per unit row."""
     (block,) = list(plan_items(plan.items, ctx))
     rows = block.to_pydict()
-    infos = [(i.plan.index, i, None) for i in unpack(rows["infos"][0])]  # all on the first row
+    infos = [(n, unpack(i), None) for n, i in unpack(rows["infos"][0])]  # all on the first row
     assert not any(rows["infos"][1:])
     return infos + [(n, None, unpack(u).units) for n, u in zip(rows["item"], rows["units"], strict=True) if u]
 
@@ -84,8 +84,8 @@ def test_decode_passes_info_rows_and_decodes_units(job):
              for k, v in block.to_pydict().items()}
     out = [b.to_pydict() for b in decode_units(batch, block_frames=4, block_mb=8.0, tracking=None,
                                                storage=ctx.storage)]
-    info_rows = [r for b in out for r, e in zip(b["item"], b["error"], strict=True) if e == INFO_ERROR]
-    frames = [i for b in out for i, e in zip(b["index"], b["error"], strict=True) if e != INFO_ERROR]
+    info_rows = [r for b in out for r, e in zip(b["item"], b["error"], strict=True) if e == INFO_ROW]
+    frames = [i for b in out for i, e in zip(b["index"], b["error"], strict=True) if e != INFO_ROW]
     assert sorted(info_rows) == [0, 1, 2, 3, 4]
     assert len(frames) == 30 + 3
-    assert all(len(b["item"]) <= 4 for b in out if INFO_ERROR not in b["error"])
+    assert all(len(b["item"]) <= 4 for b in out if INFO_ROW not in b["error"])

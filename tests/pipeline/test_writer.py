@@ -81,7 +81,7 @@ def _image_batch(frames, errors, targets, alphas=None, read_failed=None):
     target[:] = [pack(t) for t in targets]  # as the read tasks send them
     return {"frame": np.stack(frames), "item": np.arange(n), "segment": np.zeros(n, int), "index": np.zeros(n, int),
             "error": np.array(errors, dtype=object), "alpha": np.array(alphas or [b""] * n, dtype=object),
-            "read_failed": np.array(read_failed or [False] * n), "seg_start": np.zeros(n, int),
+            "read_failed": np.array(read_failed or [False] * n), "image": np.ones(n, bool), "seg_start": np.zeros(n, int),
             "seg_count": np.ones(n, int), "target": target}
 
 

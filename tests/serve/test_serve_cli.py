@@ -76,6 +76,7 @@ def test_kill_9_of_serve_leaves_no_ray_process_behind(tmp_path, models_config):
     proc = subprocess.Popen([str(FUSION_RAY), "serve", "--port", str(port), "--models-dir",
                              str(models_config.models_dir), *models],
                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    ray_processes: list = []
     try:
         _wait_healthy(f"http://127.0.0.1:{port}", proc)
         time.sleep(1.0)  # the reaper polls every 0.5 s
@@ -86,5 +87,5 @@ def test_kill_9_of_serve_leaves_no_ray_process_behind(tmp_path, models_config):
     finally:
         if proc.poll() is None:
             proc.kill()
-    kill_all(ray_processes)  # never leave them to the next test, even when the assertion fails
+        kill_all(ray_processes)  # never leave them to the next test, even when the assertion fails
     assert not left, left

@@ -3,7 +3,6 @@ credentials, an unreachable endpoint; each one line naming the URI and the cause
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from fusion_ray.storage import (
     StorageUnavailableError,
 )
 from fusion_ray.storage.errors import translate
+from tests.procs import free_port
 from tests.s3_server import S3Server
 
 
@@ -84,9 +84,7 @@ def test_wrong_credentials(s3_server: S3Server, s3_bucket: str, tmp_path: Path) 
 
 
 def test_an_unreachable_endpoint() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # closed again: nothing listens there
+    port = free_port()  # closed again: nothing listens there
     config = StorageConfig.from_env({"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "a",
                                      "AWS_SECRET_ACCESS_KEY": "b"})
     config = config.model_copy(update={"s3": config.s3.model_copy(update={"max_attempts": 1})})
