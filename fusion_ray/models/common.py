@@ -9,8 +9,9 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from fusion_ray.errors import ModelError
+from fusion_ray.models.onnx_info import is_stand_in_metadata
 from fusion_ray.models.registry import ModelSpec
-from fusion_ray.models.session import NotPicklable, is_stand_in
+from fusion_ray.models.session import NotPicklable, read_metadata
 
 FloatArray = npt.NDArray[np.float32]
 
@@ -90,4 +91,4 @@ class CropModel(NotPicklable):
                              f"got {self.image_input.name} {self.image_input.shape}")
         self.batch = fixed_batch(self.image_input)
         self.output_name = session.get_outputs()[0].name
-        self.stand_in = is_stand_in(session)
+        self.stand_in = is_stand_in_metadata(read_metadata(session))

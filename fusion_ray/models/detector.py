@@ -19,8 +19,9 @@ import onnxruntime as ort
 
 from fusion_ray.config import DetectorConfig
 from fusion_ray.errors import ModelError
+from fusion_ray.models.onnx_info import is_stand_in_metadata
 from fusion_ray.models.registry import ModelSpec
-from fusion_ray.models.session import NotPicklable, is_stand_in
+from fusion_ray.models.session import NotPicklable, read_metadata
 from fusion_ray.types import Face, Frame, check_frame
 
 STRIDES = (8, 16, 32)
@@ -146,7 +147,7 @@ class ScrfdDetector(NotPicklable):
         if len(self.output_names) != 3 * len(STRIDES):
             raise ModelError(f"{spec.name}: expected 9 outputs (SCRFD with 5 landmarks), "
                              f"got {len(self.output_names)}")
-        self.stand_in = is_stand_in(session)
+        self.stand_in = is_stand_in_metadata(read_metadata(session))
 
     def preprocess(self, frame: Frame) -> tuple[FloatArray, DetectorInput]:
         plan = plan_input(frame.shape[:2], self.cfg, self.model_hw)

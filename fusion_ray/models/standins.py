@@ -75,7 +75,7 @@ from onnx import helper, numpy_helper
 from fusion_ray.errors import ModelError
 from fusion_ray.fsutil import atomic_write_bytes
 from fusion_ray.models.onnx_graph import Graph, float_value_info
-from fusion_ray.models.onnx_info import read_model_metadata
+from fusion_ray.models.onnx_info import is_stand_in_metadata, read_model_metadata
 
 STANDIN_NAMES: tuple[str, ...] = ("arcface_w600k_r50", "inswapper_128", "gfpgan_1.4")
 VARIANTS: tuple[str, ...] = ("light", "cost_faithful")
@@ -384,7 +384,7 @@ def read_stand_in_label(path: Path) -> dict[str, str] | None:
     skipped with a seek, never read. Raises ModelError if the file is not a readable ONNX model.
     """
     metadata = read_model_metadata(path)
-    if metadata.get(f"{META_PREFIX}stand_in") != "true":
+    if not is_stand_in_metadata(metadata):
         return None
     return {key[len(META_PREFIX):]: value for key, value in metadata.items() if key.startswith(META_PREFIX)}
 
