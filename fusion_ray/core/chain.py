@@ -20,6 +20,7 @@ from typing import TypeVar
 import numpy as np
 
 from fusion_ray.config import SelectionConfig
+from fusion_ray.core import identity
 from fusion_ray.core.facebatch import FaceBatch
 from fusion_ray.core.layout import CropLayout, align_crops, paste_crops
 from fusion_ray.core.swapper import SwapBackend
@@ -93,7 +94,7 @@ def _detect_one(detector: ScrfdDetector, embedder: ArcFaceEmbedder | None, frame
     if faces and selection.mode == "reference":
         if embedder is None:
             raise ValueError("reference selection needs the embedder")
-        faces = embedder.embed_faces(frame, faces)
+        faces = identity.embed_faces(embedder, frame, faces)
     return len(faces), selection.choose(faces)
 
 

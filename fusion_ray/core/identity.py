@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fusion_ray.config import EngineConfig
-from fusion_ray.core.layout import align_crops, embed_layout, swap_layout
+from fusion_ray.core.layout import CropLayout, align_crops, embed_layout, swap_layout
 from fusion_ray.core.modelset import ModelSet
 from fusion_ray.errors import FusionRayError, NoFaceError
 from fusion_ray.models.embedder import ArcFaceEmbedder, l2_normalise
@@ -42,6 +42,15 @@ def cut_source_face(frame: Frame, face: Face, cfg: EngineConfig) -> SourceFace:
     if cfg.swap.swapper == "classic":
         swap_crop = align_crops(frame, face.landmarks_5[None], swap_layout(cfg))[0][0]
     return SourceFace(embed_crop, swap_crop, face.score)
+
+
+def embed_faces(embedder: ArcFaceEmbedder, frame: Frame, faces: Sequence[Face]) -> list[Face]:
+    """The faces, each with its embedding (reference selection): cut on the embedder's own
+    template and size with the same :func:`align_crops` as :func:`cut_source_face`."""
+    layout = CropLayout(embedder.template, embedder.crop_size, np.ones((embedder.crop_size,) * 2, np.float32))
+    crops, _ = align_crops(frame, np.stack([f.landmarks_5 for f in faces]) if faces else np.zeros((0, 5, 2)), layout)
+    embeddings = embedder.embed_crops(crops)
+    return [face.with_embedding(e) for face, e in zip(faces, embeddings, strict=True)]
 
 
 def average_embedding(vectors: np.ndarray) -> Embedding:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import onnxruntime as ort
 
 from fusion_ray.models.common import CropModel, FloatArray, crops_to_blob, run_in_batches
 from fusion_ray.models.registry import ModelSpec
-from fusion_ray.ops.align import align_face
-from fusion_ray.types import AffineMatrix, Crop, Face, Frame
+from fusion_ray.types import Crop
 
 
 def l2_normalise(vectors: np.ndarray) -> FloatArray:
@@ -25,12 +22,6 @@ class ArcFaceEmbedder(CropModel):
     def __init__(self, session: ort.InferenceSession, spec: ModelSpec) -> None:
         super().__init__(session, spec)
 
-    def align(self, frame: Frame, faces: Sequence[Face]) -> tuple[np.ndarray, list[AffineMatrix]]:
-        """Aligned crops (N, 112, 112, 3) and their matrices."""
-        pairs = [align_face(frame, f.landmarks_5, self.template, self.crop_size) for f in faces]
-        crops = np.stack([c for c, _ in pairs]) if pairs else np.zeros((0, self.crop_size, self.crop_size, 3), np.uint8)
-        return crops, [m for _, m in pairs]
-
     def embed_crops(self, crops: np.ndarray) -> FloatArray:
         """(N, 112, 112, 3) BGR crops -> (N, 512) unit vectors."""
         if len(crops) == 0:
@@ -41,12 +32,6 @@ class ArcFaceEmbedder(CropModel):
             return np.asarray(self.session.run([self.output_name], {self.image_input.name: blob[part]})[0])
 
         return l2_normalise(run_in_batches(len(blob), self.batch, run).reshape(len(blob), -1))
-
-    def embed_faces(self, frame: Frame, faces: Sequence[Face]) -> list[Face]:
-        """The faces, each with its embedding."""
-        crops, _ = self.align(frame, faces)
-        embeddings = self.embed_crops(crops)
-        return [face.with_embedding(e) for face, e in zip(faces, embeddings, strict=True)]
 
     def embed_crop(self, crop: Crop) -> FloatArray:
         return self.embed_crops(crop[None])[0]

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fusion_ray.config import EngineConfig
+from fusion_ray.core import identity
 from fusion_ray.core.facebatch import FaceBatch
 from fusion_ray.core.modelset import Component, ModelSet
 from fusion_ray.core.redetect import TrackingDetector
@@ -142,7 +143,7 @@ class SegmentReader:
                 continue
             best = self.tracks.best_detection(tid, since=index)
             if best is not None and best[0] in held:
-                embedding = self.embedder.embed_faces(held[best[0]], best[1].to_faces())[0].embedding
+                embedding = identity.embed_faces(self.embedder, held[best[0]], best[1].to_faces())[0].embedding
                 if embedding is not None:
                     self._embeddings[tid] = embedding
         return self._embeddings
