@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 
-from PIL import Image
+from PIL import Image, ImageFile
 
 from fusion_ray.errors import InputError
 
@@ -34,17 +34,34 @@ class ImageTooLargeError(InputError):
 
 @dataclass(frozen=True)
 class ImageHeader:
-    """An image's format, dimensions and Pillow mode, read from its header."""
+    """An image's format, dimensions and Pillow mode, read from its header; ``alpha`` and
+    ``deep`` (more than 8 bits per sample) as far as the header tells them."""
 
     format: str
     width: int
     height: int
     mode: str = ""
+    alpha: bool = False
+    deep: bool = False
 
     @property
     def pixels(self) -> int:
         return self.width * self.height
 
+    @property
+    def may_lose_in_8_bit(self) -> bool:
+        """Whether writing the image as 8-bit BGR may lose something (alpha, extra bits)."""
+        return self.alpha or self.deep
+
+
+def header_of(fmt: str, image: ImageFile.ImageFile) -> ImageHeader:
+    """The header fields of an image Pillow has opened (not decoded)."""
+    width, height = image.size
+    mode = str(image.mode)
+    alpha = "A" in mode or "a" in mode or "transparency" in image.info
+    raw_modes = [t.args[0] if isinstance(t.args, tuple) else t.args for t in image.tile]
+    deep = mode.startswith(("I", "F")) or any(isinstance(r, str) and "16" in r.split(";")[-1] for r in raw_modes)
+    return ImageHeader(fmt, int(width), int(height), mode, alpha, deep)
 
 
 def read_image_header(data: bytes, name: str = "image") -> ImageHeader:
@@ -64,7 +81,7 @@ def read_image_header(data: bytes, name: str = "image") -> ImageHeader:
         width, height = image.size
         if width <= 0 or height <= 0:
             raise MalformedImageError(f"{name}: malformed {fmt.upper()} header (size {width}x{height})")
-        return ImageHeader(fmt, int(width), int(height), str(image.mode))
+        return header_of(fmt, image)
     raise UnsupportedImageError(
         f"{name} is not an image in a supported format ({', '.join(SUPPORTED_FORMATS)})")
 

@@ -24,6 +24,7 @@ from fusion_ray.imageheader import (
     ImageTooLargeError,
     UnsupportedImageError,
     check_image_header,
+    header_of,
 )
 from fusion_ray.types import Frame
 
@@ -86,7 +87,7 @@ def _other_format_header(data: bytes, name: str) -> ImageHeader | None:
             continue
         width, height = image.size
         if width > 0 and height > 0:
-            return ImageHeader(fmt.lower(), int(width), int(height), str(image.mode))
+            return header_of(fmt.lower(), image)
     return None
 
 
@@ -219,20 +220,9 @@ def add_png_text(png: bytes, metadata: Mapping[str, str]) -> bytes:
 
 
 def read_png_text(png: bytes) -> dict[str, str]:
-    """The ``tEXt`` chunks of a PNG stream."""
-    out: dict[str, str] = {}
-    pos = 8
-    while pos + 8 <= len(png):
-        length = struct.unpack(">I", png[pos:pos + 4])[0]
-        kind = png[pos + 4:pos + 8]
-        body = png[pos + 8:pos + 8 + length]
-        if kind == b"tEXt" and b"\x00" in body:
-            key, value = body.split(b"\x00", 1)
-            out[key.decode("latin-1")] = value.decode("latin-1")
-        if kind == b"IEND":
-            break
-        pos += 12 + length
-    return out
+    """The text chunks of a PNG stream (Pillow's reader)."""
+    with Image.open(io.BytesIO(png), formats=["PNG"]) as image:
+        return {str(key): str(value) for key, value in image.text.items()}  # type: ignore[attr-defined]
 
 
 def add_jpeg_comment(jpeg: bytes, comment: str) -> bytes:
@@ -248,18 +238,10 @@ def add_jpeg_comment(jpeg: bytes, comment: str) -> bytes:
 
 
 def read_jpeg_comments(jpeg: bytes) -> list[str]:
-    """The ``COM`` segments of a JPEG stream (up to the start of scan)."""
-    comments = []
-    pos = 2
-    while pos + 4 <= len(jpeg) and jpeg[pos] == 0xFF:
-        marker = jpeg[pos + 1]
-        if marker == 0xDA:  # start of scan
-            break
-        length = struct.unpack(">H", jpeg[pos + 2:pos + 4])[0]
-        if marker == 0xFE:
-            comments.append(jpeg[pos + 4:pos + 2 + length].decode("utf-8", "replace"))
-        pos += 2 + length
-    return comments
+    """The ``COM`` segments of a JPEG stream (Pillow's reader)."""
+    with Image.open(io.BytesIO(jpeg), formats=["JPEG"]) as image:
+        return [body.decode("utf-8", "replace") for marker, body in image.applist  # type: ignore[attr-defined]
+                if marker == "COM"]
 
 
 def write_bytes_atomic(path: Path, data: bytes, *, force: bool = False) -> None:

@@ -37,7 +37,7 @@ from fusion_ray.pipeline.parts import models_fingerprint, parts_folder, parts_ke
 from fusion_ray.pipeline.report import ItemKind, ItemResult, ItemStatus, typed_error
 from fusion_ray.storage import Location, Storage, StorageConfig
 from fusion_ray.storage import confine as confine_location
-from fusion_ray.video.encode import check_encodable, check_video_output
+from fusion_ray.video.encode import check_encodable, check_video_output, pix_fmt_change
 from fusion_ray.video.probe import VIDEO_EXTENSIONS, VideoInfo, is_video_file, probe
 from fusion_ray.video.segments import Segment, Shortfall, find_shortfall, index_packets, segments_of
 from fusion_ray.video.timing import FrameTimes
@@ -88,7 +88,10 @@ class ItemPlan:
     frame_times: FrameTimes | None = None
     """A video's frame timestamps: the output keeps them (a variable frame rate, a gap)."""
     format_changes: tuple[str, ...] = ()
-    """What writing an image item changes (:func:`fusion_ray.imageio.format_changes`)."""
+    """What writing the item changes (:func:`fusion_ray.imageio.format_changes` for an image,
+    :func:`fusion_ray.video.encode.pix_fmt_change` for a video)."""
+    pix_fmt: str = ""
+    """A video's encoded pixel format, chosen from its source's (:func:`~fusion_ray.video.encode.check_encodable`)."""
     warnings: tuple[str, ...] = ()
     """What a runnable item will lose or change (a truncated video's missing frames, a
     variable frame rate, an image's format changes)."""
@@ -312,20 +315,26 @@ def _plan_video(plan: ItemPlan, cfg: JobConfig, storage: Storage) -> ItemPlan:
     else:
         info = probe(target)
         index = index_packets(target)
-    check_encodable(info.width, info.height, cfg.pipeline.encode_options)  # e.g. an odd size as yuv420p
+    # the encoder opens for this size (e.g. not an odd size as yuv420p), before any work
+    pix_fmt = check_encodable(info.width, info.height, cfg.pipeline.encode_options, info.pix_fmt)
+    change = pix_fmt_change(info.pix_fmt, pix_fmt)
     segments = tuple(segments_of(index, cfg.pipeline.segment_seconds, str(target)))
     shortfall = find_shortfall(info, index)
     times = FrameTimes(index.time_base, index.pts, index.start_pts)
     plan = dataclasses.replace(plan, video=info, segments=segments, frame_hw=(info.height, info.width),
-                               shortfall=shortfall, frame_times=times)
+                               shortfall=shortfall, frame_times=times, pix_fmt=pix_fmt,
+                               format_changes=(change,) if change else ())
+    warnings = [f"{target}: {change}"] if change else []
     if shortfall is not None:
         if not cfg.allow_truncated:
             error = VideoError(f"{shortfall.describe(str(target))} (--allow-truncated processes the frames present)")
             return dataclasses.replace(plan, status=ItemStatus.FAILED, error=str(error), cause=error)
-        return dataclasses.replace(plan, warnings=(f"{shortfall.describe(str(target))}; the frames present are "
-                                                   "processed and keep their timestamps",))
-    note = times.note(info.fps)
-    return dataclasses.replace(plan, warnings=(f"{target}: {note}",)) if note else plan
+        warnings.append(f"{shortfall.describe(str(target))}; the frames present are processed and keep their "
+                        "timestamps")
+    else:
+        note = times.note(info.fps)
+        warnings += [f"{target}: {note}"] if note else []
+    return dataclasses.replace(plan, warnings=tuple(warnings))
 
 
 def _plan_image(plan: ItemPlan, storage: Storage) -> ItemPlan:
@@ -342,28 +351,13 @@ def _plan_image(plan: ItemPlan, storage: Storage) -> ItemPlan:
         header: ImageHeader | None = check_image_header(data, str(path), DEFAULT_MAX_PIXELS)
     except UnsupportedImageError:
         header = None
-    if header is not None and not _may_change(header, data):
+    if header is not None and not header.may_lose_in_8_bit:
         return dataclasses.replace(plan, frame_hw=(header.height, header.width))
     loaded = decode_image(data, str(path), DEFAULT_MAX_PIXELS)
     height, width = loaded.frame.shape[:2]
     changes = tuple(format_changes(loaded, plan.output.suffix))
     return dataclasses.replace(plan, frame_hw=(int(height), int(width)), format_changes=changes,
                                warnings=tuple(f"{path}: {change}" for change in changes))
-
-
-def _may_change(header: ImageHeader, data: bytes) -> bool:
-    """Whether an image may lose something when written as 8-bit BGR (more than 8 bits per
-    sample, an alpha channel); False only where its header rules that out."""
-    if header.format == "jpeg":
-        return False
-    if header.format == "webp":
-        return header.mode not in ("RGB", "L")
-    if header.format == "png" and len(data) > 25:
-        bit_depth, colour_type = data[24], data[25]  # from IHDR, the first chunk
-        idat = data.find(b"IDAT")
-        has_trns = data.find(b"tRNS", 0, idat if idat >= 0 else len(data)) >= 0
-        return bit_depth > 8 or colour_type in (4, 6) or has_trns
-    return True
 
 
 def with_overrides(cfg: JobConfig, options: str) -> JobConfig:
