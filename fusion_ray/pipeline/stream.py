@@ -138,7 +138,8 @@ def _plan_one(given: ItemPlan, ctx: GroupContext, storage: Storage) -> tuple[Ite
 def _video_units(plan: ItemPlan, ctx: GroupContext, resumed: set[int]) -> list[ReadUnit]:
     video = plan.video
     assert video is not None
-    target = pack(VideoTarget(video.fps, video.width, video.height, str(plan.work_dir), ctx.storage))
+    target = pack(VideoTarget(video.fps, video.width, video.height, str(plan.work_dir), ctx.storage,
+                               plan.pix_fmt))
     source_id = ctx.source_of[plan.index]
     return [ReadUnit(plan.index, str(plan.item.target), source_id, s, plan.frame_hw, float(video.fps), target)
             for s in plan.segments if s.index not in resumed]

@@ -59,6 +59,8 @@ class VideoTarget:
     """The parts folder: a local path, or a URI (segments are encoded to a local file, then
     published there whole)."""
     storage: StorageConfig | None = None
+    pix_fmt: str = ""
+    """The encoded pixel format the planner chose from the source's ("" = the options' choice)."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ class SegmentWriter:
         def run() -> None:
             try:
                 state.written = encode_segment(feed(), path, fps=target.fps, width=target.width,
-                                               height=target.height, options=self.options)
+                                               height=target.height, options=self.options, pix_fmt=target.pix_fmt)
                 if state.next_index != state.end_index:  # ended early (aborted, incomplete): never published
                     path.unlink(missing_ok=True)
                     return

@@ -21,6 +21,7 @@ from fusion_ray.video.encode import (
     encoder_pix_fmt,
     join_segments,
     nvenc_usable,
+    pix_fmt_change,
     resolve_codec,
 )
 from fusion_ray.video.probe import VideoInfo, choose_fps, is_video_file, probe
@@ -42,6 +43,7 @@ __all__ = [
     "decode_segment",
     "encode_segment",
     "encoder_pix_fmt",
+    "pix_fmt_change",
     "is_video_file",
     "join_segments",
     "make_corrupt_video",

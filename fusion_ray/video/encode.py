@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -50,8 +51,9 @@ class EncodeOptions(BaseModel):
     preset: str = Field(default="veryfast",
                         description="x264 preset; mapped to p1..p7 for NVENC.")
     pix_fmt: str = Field(
-        default=AUTO_PIX_FMT, description="Encoded pixel format; auto: yuv420p, or yuv444p when the "
-                                          "width or height is odd (4:2:0 H.264 has no odd sizes).")
+        default=AUTO_PIX_FMT, description="Encoded pixel format; auto: yuv420p, or yuv444p for a 4:4:4 or RGB "
+                                          "source and when the width or height is odd (4:2:0 H.264 has no odd "
+                                          "sizes).")
     hardware: bool = Field(
         default=False, description="Use h264_nvenc when available and it opens; else fall back "
                            "to `codec` with a logged note.")
@@ -91,26 +93,70 @@ def resolve_codec(options: EncodeOptions) -> tuple[str, dict[str, str]]:
     return options.codec, {}
 
 
-def encoder_pix_fmt(options: EncodeOptions, width: int, height: int) -> str:
-    """The pixel format frames of this size are encoded in.
+@dataclass(frozen=True)
+class SampleFormat:
+    """What a pixel format keeps: bits per sample and chroma samples per pixel (1 for 4:4:4
+    and RGB, 0.5 for 4:2:2, 0.25 for 4:2:0, 0 without chroma)."""
 
-    ``auto`` keeps the widely playable yuv420p for even sizes. H.264 stores 4:2:0 frames in
-    2x2 chroma blocks and crops in steps of 2, so an odd width or height cannot be 4:2:0:
-    such frames are encoded 4:4:4 (yuv444p, High 4:4:4 profile) at their exact size.
+    bits: int
+    chroma: float
+
+    @classmethod
+    def of(cls, pix_fmt: str) -> SampleFormat | None:
+        """From FFmpeg's description of ``pix_fmt``; None for a name FFmpeg does not know."""
+        try:
+            fmt = av.VideoFormat(pix_fmt, 16, 16)
+        except (ValueError, TypeError):
+            return None
+        planes = [c for c in fmt.components if not c.is_alpha]
+        if not planes:
+            return None
+        chroma = 1.0 if fmt.is_rgb else (planes[1].width * planes[1].height / 256 if len(planes) > 1 else 0.0)
+        return cls(max(c.bits for c in planes), chroma)
+
+
+_CHROMA_NAMES = {1.0: "4:4:4", 0.5: "4:2:2", 0.25: "4:2:0"}
+
+
+def encoder_pix_fmt(options: EncodeOptions, width: int, height: int, source_pix_fmt: str = "") -> str:
+    """The pixel format frames of this size (from a source in ``source_pix_fmt``) are encoded in.
+
+    ``auto`` keeps the widely playable yuv420p, but for a 4:4:4 or RGB source (its full chroma
+    is kept: yuv444p) and for odd sizes: H.264 stores 4:2:0 frames in 2x2 chroma blocks and
+    crops in steps of 2, so an odd width or height cannot be 4:2:0 and is encoded 4:4:4
+    (High 4:4:4 profile) at its exact size. Samples are 8-bit (see :func:`pix_fmt_change`).
     """
     if options.pix_fmt != AUTO_PIX_FMT:
         return options.pix_fmt
-    return "yuv420p" if width % 2 == 0 and height % 2 == 0 else "yuv444p"
+    source = SampleFormat.of(source_pix_fmt) if source_pix_fmt else None
+    if width % 2 or height % 2 or (source is not None and source.chroma >= 1.0):
+        return "yuv444p"
+    return "yuv420p"
 
 
-def check_encodable(width: int, height: int, options: EncodeOptions | None = None) -> str:
+def pix_fmt_change(source_pix_fmt: str, pix_fmt: str) -> str | None:
+    """What encoding a ``source_pix_fmt`` video as ``pix_fmt`` loses (for a warning), or None."""
+    source, out = SampleFormat.of(source_pix_fmt), SampleFormat.of(pix_fmt)
+    if source is None or out is None:
+        return None
+    losses = []
+    if source.bits > out.bits:
+        losses.append(f"{source.bits}-bit samples become {out.bits}-bit")
+    if source.chroma > out.chroma:
+        losses.append(f"{_CHROMA_NAMES.get(source.chroma, 'full')} chroma becomes "
+                      f"{_CHROMA_NAMES.get(out.chroma, str(out.chroma))}")
+    return f"{source_pix_fmt} video written as {pix_fmt}: {', '.join(losses)}" if losses else None
+
+
+def check_encodable(width: int, height: int, options: EncodeOptions | None = None,
+                    source_pix_fmt: str = "") -> str:
     """Open the encoder for this frame size (no file is written); returns the pixel format.
 
     Raises VideoError when the encoder refuses the size or pixel format: call it on a video's
     probe before any work, so that the failure is not found by a worker after decoding.
     """
     options = options or EncodeOptions()
-    pix_fmt = encoder_pix_fmt(options, width, height)
+    pix_fmt = encoder_pix_fmt(options, width, height, source_pix_fmt)
     codec, codec_options = resolve_codec(options)
     try:
         ctx: Any = av.CodecContext.create(codec, "w")
@@ -139,8 +185,12 @@ def encode_segment(
     width: int,
     height: int,
     options: EncodeOptions | None = None,
+    pix_fmt: str = "",
 ) -> int:
     """Encode BGR frames into a small standalone video file; returns the number of frames.
+
+    ``pix_fmt``: the pixel format the job chose for the video (``check_encodable``); by
+    default the options' choice for the size.
 
     Frame i gets pts i in time base 1/fps; the first frame is a keyframe. The file appears at
     out_path only when complete. Use .mp4 (exact timestamps, joins by pure copy).
@@ -159,7 +209,7 @@ def encode_segment(
             stream: Any = out.add_stream(codec, rate=fps, options=codec_options)
             stream.width = width
             stream.height = height
-            stream.pix_fmt = encoder_pix_fmt(options, width, height)
+            stream.pix_fmt = pix_fmt or encoder_pix_fmt(options, width, height)
             stream.time_base = 1 / fps
             if options.threads:
                 stream.codec_context.thread_count = options.threads

@@ -218,6 +218,30 @@ def test_a_frame_size_the_encoder_refuses_fails_at_planning(tmp_path, cfg):
     assert plan_job(items, cfg).items[0].runs  # auto: 4:4:4 for an odd size
 
 
+def _clip_in(path, pix_fmt: str, n_frames: int = 3):
+    """A small H.264 clip stored in ``pix_fmt`` (PyAV's libx264 writes 4:4:4 and 10-bit)."""
+    import av
+
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 96, 64, pix_fmt
+        for i in range(n_frames):
+            frame = av.VideoFrame.from_ndarray(np.full((64, 96, 3), 40 * i, np.uint8), format="bgr24")
+            out.mux(stream.encode(frame.reformat(format=pix_fmt)))
+        out.mux(stream.encode(None))
+    return path
+
+
+def test_the_encoded_pixel_format_follows_the_source_and_a_loss_is_a_warning(tmp_path, cfg):
+    sources = {fmt: _clip_in(tmp_path / f"{fmt}.mp4", fmt) for fmt in ("yuv420p", "yuv444p", "yuv420p10le")}
+    plans = plan_job([JobItem((), path, tmp_path / f"o-{fmt}.mp4") for fmt, path in sources.items()], cfg).items
+    assert all(p.runs for p in plans)
+    assert [p.pix_fmt for p in plans] == ["yuv420p", "yuv444p", "yuv420p"]
+    assert [p.result().warnings for p in plans] == [
+        [], [], [f"{sources['yuv420p10le']}: yuv420p10le video written as yuv420p: 10-bit samples become 8-bit"]]
+    assert plans[2].format_changes == ("yuv420p10le video written as yuv420p: 10-bit samples become 8-bit",)
+
+
 def test_format_changes_of_images_are_warnings(tmp_path, cfg):
     cv2.imwrite(str(tmp_path / "deep.png"), np.full((20, 30, 3), 40000, np.uint16))
     cv2.imwrite(str(tmp_path / "alpha.png"), np.full((20, 30, 4), 200, np.uint8))

@@ -42,6 +42,16 @@ def test_out_of_order_frames_are_encoded_in_order(tmp_path):
     assert widths == sorted(widths)
 
 
+def test_segments_are_encoded_in_the_pixel_format_the_planner_chose(tmp_path):
+    writer = SegmentWriter(EncodeOptions(preset="ultrafast"))
+    target = VideoTarget(Fraction(25), 96, 64, str(tmp_path), pix_fmt="yuv444p")  # e.g. a 4:4:4 source
+    writer.push((0, 0), 0, 2, [0, 1], [_frame(0), _frame(1)], target)
+    path, _ = writer.finish((0, 0))
+    assert probe(path).pix_fmt == "yuv444p"
+    writer.push((1, 0), 0, 1, [0], [_frame(0)], _target(tmp_path))  # no choice: the options' (auto)
+    assert probe(writer.finish((1, 0))[0]).pix_fmt == "yuv420p"
+
+
 def test_repeated_frames_are_ignored_and_foreign_ones_rejected(tmp_path):
     """A block re-run after an actor died pushes its frames again: the segment is still whole."""
     writer = SegmentWriter(EncodeOptions(preset="ultrafast"))

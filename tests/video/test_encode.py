@@ -24,6 +24,7 @@ from fusion_ray.video import (
     join_segments,
     make_corrupt_video,
     make_test_video,
+    pix_fmt_change,
     plan_segments,
     probe,
     resolve_codec,
@@ -401,6 +402,26 @@ def test_encoder_pix_fmt_follows_the_size_unless_set() -> None:
     assert encoder_pix_fmt(auto, 640, 360) == "yuv420p"
     assert encoder_pix_fmt(auto, 641, 360) == encoder_pix_fmt(auto, 640, 361) == "yuv444p"
     assert encoder_pix_fmt(EncodeOptions(pix_fmt="yuv444p"), 640, 360) == "yuv444p"
+
+
+@pytest.mark.parametrize(("source", "size", "chosen", "change"), [
+    ("yuv420p", (640, 360), "yuv420p", None),
+    ("yuvj420p", (640, 360), "yuv420p", None),
+    ("yuv444p", (640, 360), "yuv444p", None),                    # its full chroma is kept
+    ("gbrp", (640, 360), "yuv444p", None),                       # RGB (e.g. lossless screen captures)
+    ("yuv422p", (640, 360), "yuv420p", "yuv422p video written as yuv420p: 4:2:2 chroma becomes 4:2:0"),
+    ("yuv420p10le", (640, 360), "yuv420p",
+     "yuv420p10le video written as yuv420p: 10-bit samples become 8-bit"),
+    ("yuv444p10le", (641, 361), "yuv444p",
+     "yuv444p10le video written as yuv444p: 10-bit samples become 8-bit"),
+    ("yuv420p", (641, 360), "yuv444p", None),
+    ("gray", (640, 360), "yuv420p", None),
+    ("not-a-format", (640, 360), "yuv420p", None),
+])
+def test_the_pixel_format_is_chosen_from_the_source(source, size, chosen, change) -> None:
+    assert encoder_pix_fmt(EncodeOptions(), *size, source) == chosen
+    assert check_encodable(*size, EncodeOptions(), source) == chosen
+    assert pix_fmt_change(source, chosen) == change
 
 
 def test_check_encodable_refuses_a_size_the_chosen_format_cannot_hold() -> None:
