@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import threading
 
-import numpy as np
-
 from fusion_ray.core import chain
 from fusion_ray.core.facebatch import FaceBatch
+from fusion_ray.core.redetect import redetect, roi_detector
 from fusion_ray.core.sources import SourceStore
 from fusion_ray.engine import Engine
 from fusion_ray.live.backend import FramePlan, Processed, StreamRefused, token_matches
+from fusion_ray.live.follow import StreamFollower
 from fusion_ray.live.protocol import CLOSE_POLICY, CLOSE_UNSUPPORTED, StartMessage
 from fusion_ray.models.detector import ScrfdDetector
 from fusion_ray.types import Frame, SourceIdentity, check_frame
@@ -30,6 +30,7 @@ class EngineBackend:
         self.token = token
         self.sources = SourceStore(max_sources)
         self._detectors: dict[int, ScrfdDetector] = {}
+        self._roi_detector: ScrfdDetector | None = None
         self._lock = threading.Lock()
 
     def authorize(self, token: str | None) -> bool:
@@ -49,6 +50,13 @@ class EngineBackend:
                 self._detectors[size] = ScrfdDetector(base.session, base.spec, base.cfg.model_copy(update={"size": size}))
             return self._detectors[size]
 
+    def roi_detector(self) -> ScrfdDetector:
+        """The detector on the square crop canvas of level 2's re-detection, sharing its session."""
+        with self._lock:
+            if self._roi_detector is None:
+                self._roi_detector = roi_detector(self.engine.models.need_detector(), self.engine.cfg.tracking.roi_canvas)
+            return self._roi_detector
+
     async def open(self, start: StartMessage) -> EngineStreamProcessor:
         identity = self.sources.get(start.source_id)
         if identity is None:
@@ -59,7 +67,8 @@ class EngineBackend:
 
 
 class EngineStreamProcessor:
-    """One stream's processing: detect (or reuse landmarks), select, swap, paste, enhance."""
+    """One stream's processing: detect (or, at level 2, follow the faces on crops), select, swap,
+    paste, enhance."""
 
     def __init__(self, backend: EngineBackend, identity: SourceIdentity, start: StartMessage) -> None:
         self.backend = backend
@@ -69,6 +78,8 @@ class EngineStreamProcessor:
         enhancer = [self.engine.cfg.models.enhancer] if start.enhance else []
         used = {self.engine.cfg.models.detector, self.engine.cfg.models.swapper, *enhancer}
         self._stand_ins = sorted(n for n in self.engine.stand_in_models if n in used)
+        self.follower = StreamFollower(self.engine.cfg.tracking)
+        self._follow_lock = threading.Lock()  # frames of one stream may be processed at once
 
     @property
     def stand_in_models(self) -> list[str]:
@@ -82,13 +93,7 @@ class EngineStreamProcessor:
         check_frame(frame)
         engine = self.engine
         errors = [""]
-        if plan.landmarks is None:
-            found = chain.detect_select(self.backend.detector(plan.detector_size), [frame], errors,
-                                        [chain.Selection(self.start.select, self.start.face_index)])
-            faces, detected = found.faces, int(found.faces_detected[0])
-        else:
-            faces = FaceBatch.one_frame(np.asarray(plan.landmarks, np.float32))
-            detected = len(faces)
+        faces, detected = self._faces(frame, plan, errors)
         if not len(faces):
             _raise_first(errors)
             return Processed(frame, faces.landmarks_5, detected)
@@ -101,6 +106,22 @@ class EngineStreamProcessor:
             out = chain.paste([out], enhanced, engine.enhance_layout, errors, "enhance_paste")[0]
         _raise_first(errors)  # never a frame whose selected faces were not swapped
         return Processed(out, faces.landmarks_5, detected)
+
+
+    def _faces(self, frame: Frame, plan: FramePlan, errors: list[str]) -> tuple[FaceBatch, int]:
+        """Detected on the whole frame, or (level 2, ``plan.landmarks`` set) followed on crops."""
+        with self._follow_lock:
+            predictions = self.follower.predictions(plan.seq, plan.landmarks is not None)
+            if predictions:
+                roi = redetect(frame, self.backend.roi_detector(), predictions, self.engine.cfg.tracking,
+                               self.follower.crops)
+                followed = self.follower.followed(plan.seq, roi, frame.shape[:2])
+                if followed is not None:
+                    return followed, len(followed)
+            found = chain.detect_select(self.backend.detector(plan.detector_size), [frame], errors,
+                                        [chain.Selection(self.start.select, self.start.face_index)])
+            self.follower.detected(plan.seq, found.faces, frame.shape[:2])
+            return found.faces, int(found.faces_detected[0])
 
 
 def _raise_first(errors: list[str]) -> None:

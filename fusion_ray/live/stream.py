@@ -32,6 +32,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from fusion_ray.core.provenance import Provenance
 from fusion_ray.errors import InputError
 from fusion_ray.imageheader import ImageTooLargeError, check_image_header
 from fusion_ray.imageio import add_jpeg_comment, decode_image
@@ -118,9 +119,8 @@ class Stream:
         self._inflight = asyncio.Semaphore(cfg.stream_inflight)
         self._tasks: set[asyncio.Task[None]] = set()
         self._last_out = 0
-        stand_ins = processor.stand_in_models
-        self._comment = (f"fusion_ray: made with STAND-IN models ({', '.join(stand_ins)}), not a real face swap"
-                         if stand_ins else None)
+        provenance = Provenance(tuple(processor.stand_in_models))
+        self._comment = provenance.comment() if provenance.is_stand_in else None
 
     @property
     def level(self) -> int:

@@ -6,9 +6,9 @@ the stream's degradation level asks for), the swap on the swapper deployment, wh
 the ingress, and the enhancer deployment when the stream asks for it. The stream core
 (:mod:`fusion_ray.live`) does the rest: dropping, deadlines, ordering, the ladder, stats.
 
-At degradation level 2 a stream detects on every k-th frame only; in between, its tracker
-(held here, per stream) predicts each face and the detector re-detects it on a small crop
-(``Detector.redetect``), several times cheaper than the whole frame.
+At degradation level 2 a stream detects on every k-th frame only; in between, its follower
+(:mod:`fusion_ray.live.follow`, held here, per stream) predicts each face and the detector
+re-detects it on a small crop (``Detector.redetect``), several times cheaper than the whole frame.
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ import numpy as np
 
 from fusion_ray.core import chain
 from fusion_ray.core.facebatch import FaceBatch
-from fusion_ray.core.redetect import CropBox
-from fusion_ray.core.tracking import FrameFaces, Tracker
 from fusion_ray.live.backend import FramePlan, Processed, StreamRefused
+from fusion_ray.live.follow import StreamFollower
 from fusion_ray.live.protocol import CLOSE_POLICY, CLOSE_UNSUPPORTED, StartMessage
 from fusion_ray.serve.limits import ApiError, clip
 from fusion_ray.serve.timing import Timings
@@ -66,8 +65,7 @@ class ServeStreamProcessor:
         self.start = start
         self.key = f"stream_{start.source_id}"
         self._stand_ins = stand_ins
-        self.tracker = Tracker(core.settings.engine.tracking)
-        self.crops: dict[int, CropBox] = {}
+        self.follower = StreamFollower(core.settings.engine.tracking)
 
     @property
     def stand_in_models(self) -> list[str]:
@@ -93,18 +91,15 @@ class ServeStreamProcessor:
     async def _faces(self, t: Timings, frame: Frame, plan: FramePlan) -> tuple[FaceBatch, int]:
         """The faces to swap: detected on the whole frame, or (level 2, ``plan.landmarks`` set)
         followed by the stream's tracker: each tracked face re-detected on a small crop."""
-        predictions = self.tracker.predictions(plan.seq) if plan.landmarks is not None else []
+        predictions = self.follower.predictions(plan.seq, plan.landmarks is not None)
         if not predictions:
             return await self._detect(t, frame, plan)
+        crops = dict(self.follower.crops)
         roi = await self.core.downstream.call(
-            t, "redetect", lambda: self.core.downstream.detector.redetect.remote(frame, predictions, dict(self.crops)))
-        if any(score == 0.0 for score in roi.scores.values()):
-            # A followed face was not found near its prediction (it moved fast, turned, or the scene
-            # cut): detect on the whole frame rather than paste a face where it no longer is.
+            t, "redetect", lambda: self.core.downstream.detector.redetect.remote(frame, predictions, crops))
+        faces = self.follower.followed(plan.seq, roi, frame.shape[:2])
+        if faces is None:
             return await self._detect(t, frame, plan)
-        self.crops = dict(roi.boxes)
-        tracked = self.tracker.update(plan.seq, roi.faces, frame.shape[:2])
-        faces = FaceBatch.one_frame(tracked.landmarks_5, tracked.bbox_xyxy, tracked.score, tracked.track_id)
         errors = [""]
         cut = await asyncio.to_thread(chain.align, [frame], faces, self.core.local.swap_layout, errors, "align")
         if errors[0]:
@@ -116,6 +111,5 @@ class ServeStreamProcessor:
         found = await self.core.downstream.detect(t, frame, self.start.select, self.start.face_index,
                                                   plan.detector_size)
         faces: FaceBatch = found["faces"]
-        self.tracker.update(plan.seq, FrameFaces(faces.bbox_xyxy, faces.landmarks_5, faces.score), frame.shape[:2])
-        self.crops = {}
+        self.follower.detected(plan.seq, faces, frame.shape[:2])
         return faces, int(found["faces_detected"])

@@ -1,0 +1,43 @@
+"""A live stream's faces between full detections (degradation level 2), for every host.
+
+The stream's online :class:`~fusion_ray.core.tracking.Tracker` predicts where each face is;
+the host re-detects each one on a small crop around its prediction
+(:func:`fusion_ray.core.redetect.redetect`: in-process, or on the Serve detector deployment)
+and hands the result back here. A face not found near its prediction (it moved fast, turned,
+or the scene cut) makes the host detect on the whole frame instead: a face is never pasted
+where it no longer is.
+"""
+
+from __future__ import annotations
+
+from fusion_ray.config import TrackingConfig
+from fusion_ray.core.facebatch import FaceBatch
+from fusion_ray.core.redetect import CropBox, RoiResult
+from fusion_ray.core.tracking import FrameFaces, Tracker, TrackPrediction
+
+
+class StreamFollower:
+    """One stream's tracker and its faces' last crops."""
+
+    def __init__(self, cfg: TrackingConfig) -> None:
+        self.tracker = Tracker(cfg)
+        self.crops: dict[int, CropBox] = {}
+
+    def predictions(self, seq: int, follow: bool) -> list[TrackPrediction]:
+        """The faces to re-detect on crops at frame ``seq``; empty when the frame needs a full
+        detection (``follow`` False: the plan asks for one, or no face is tracked yet)."""
+        return self.tracker.predictions(seq) if follow else []
+
+    def followed(self, seq: int, roi: RoiResult, frame_hw: tuple[int, int]) -> FaceBatch | None:
+        """The re-detected faces with their track ids, or None when one was not found (detect
+        the whole frame then)."""
+        if any(score == 0.0 for score in roi.scores.values()):
+            return None
+        self.crops = dict(roi.boxes)
+        tracked = self.tracker.update(seq, roi.faces, frame_hw)
+        return FaceBatch.one_frame(tracked.landmarks_5, tracked.bbox_xyxy, tracked.score, tracked.track_id)
+
+    def detected(self, seq: int, faces: FaceBatch, frame_hw: tuple[int, int]) -> None:
+        """A full detection's selected faces: the tracker follows them from here."""
+        self.tracker.update(seq, FrameFaces(faces.bbox_xyxy, faces.landmarks_5, faces.score), frame_hw)
+        self.crops = {}
