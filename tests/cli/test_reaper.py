@@ -1,7 +1,7 @@
 """A ``kill -9`` of a command that started a local Ray leaves no Ray process behind (issue 13).
 
-``fusion-ray swap`` on a video starts a local Ray; killed mid-job, its Ray processes must be gone
-within seconds (the reaper, :mod:`fusion_ray.cli.reaper`, ends them). Runs the command in a
+``fusion-ray swap`` on a video and ``fusion-ray job`` start a local Ray; killed mid-job, its Ray
+processes must be gone within seconds (the reaper, :mod:`fusion_ray.cli.reaper`, ends them). Runs the command in a
 subprocess (it must not share the test session's cluster); under the Ray lock like every Ray test.
 """
 
@@ -36,12 +36,19 @@ def _ray_children(pid: int) -> list[psutil.Process]:
     return found
 
 
-def test_kill_9_of_a_video_swap_leaves_no_ray_process_behind(tmp_path, images_dir, scrfd_path):
+@pytest.mark.parametrize("command", ["swap", "job"])
+def test_kill_9_of_a_video_command_leaves_no_ray_process_behind(command, tmp_path, images_dir, scrfd_path):
     clip = make_test_video(tmp_path / "long.mp4", face_image=read_image(images_dir / "obama.jpg").frame,
                            n_frames=900, fps=Fraction(30), audio=False)
-    proc = subprocess.Popen([str(FUSION_RAY), "swap", "--swapper", "classic", "--no-tracking",
-                             "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu",
-                             "-s", str(images_dir / "biden.jpg"), "-t", str(clip), "-o", str(tmp_path / "out.mp4")],
+    source = str(images_dir / "biden.jpg")
+    if command == "swap":
+        io = ["-s", source, "-t", str(clip), "-o", str(tmp_path / "out.mp4")]
+    else:  # a job of one item on its own local Ray
+        (tmp_path / "out").mkdir()
+        io = ["--source-pattern", source, "--target-pattern", str(clip), "--output-root", str(tmp_path / "out"),
+              "--no-progress-bars"]
+    proc = subprocess.Popen([str(FUSION_RAY), command, "--swapper", "classic", "--no-tracking",
+                             "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu", *io],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ray_processes: list[psutil.Process] = []
     try:
@@ -52,7 +59,7 @@ def test_kill_9_of_a_video_swap_leaves_no_ray_process_behind(tmp_path, images_di
                     and any("MapWorker" in " ".join(p.cmdline()) or "ray::" in p.name() for p in ray_processes):
                 break
             time.sleep(0.5)
-        assert proc.poll() is None and ray_processes, "the swap should be running on its local Ray"
+        assert proc.poll() is None and ray_processes, f"the {command} should be running on its local Ray"
         time.sleep(1.5)  # the reaper polls every 0.5 s
         ray_processes = _ray_children(proc.pid)
         proc.kill()

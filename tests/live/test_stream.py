@@ -270,3 +270,42 @@ def test_a_stream_without_the_enhancer_skips_level_1():
     conn, _, _ = run_stream(cfg, ScriptedProcessor(delay=lambda seq: 0.04), script)
     levels = [s["level"] for s in conn.events("stats")]
     assert 1 not in levels and max(levels) >= 2
+
+
+def test_the_session_length_limit_ends_the_stream_with_an_error_event():
+    async def script(conn):
+        for seq in range(10):
+            conn.send(frame_message(seq))
+            await asyncio.sleep(0.05)
+
+    cfg = LiveConfig(max_session_s=0.2, stats_interval_s=0.05)
+    conn, summary, _ = run_stream(cfg, ScriptedProcessor(), script)
+    assert summary.reason == "session_limit"
+    assert conn.events("error")[-1]["code"] == "session_limit" and conn.closed[1] == "session_limit"
+    assert 1 <= summary.frames_out < 10  # frames flowed until the limit, none after it
+
+
+class _Cancellable(ScriptedProcessor):
+    """Records whether a frame's processing was cancelled (the client left mid-frame)."""
+
+    def __init__(self) -> None:
+        super().__init__(delay=lambda seq: 3.0)
+        self.cancelled: list[int] = []
+
+    async def process(self, frame, plan):
+        try:
+            return await super().process(frame, plan)
+        except asyncio.CancelledError:
+            self.cancelled.append(plan.seq)
+            raise
+
+
+def test_a_client_leaving_mid_frame_frees_its_slot_and_cancels_the_frame():
+    async def script(conn):
+        conn.send(frame_message(0))
+        await asyncio.sleep(0.2)  # frame 0 is being processed (it takes 3 s) when the client leaves
+
+    processor = _Cancellable()
+    conn, summary, _ = run_stream(LiveConfig(), processor, script)  # asserts no stream and every slot free
+    assert [p.seq for p in processor.plans] == [0] and processor.cancelled == [0]
+    assert conn.results == [] and summary.frames_out == 0

@@ -181,7 +181,12 @@ def test_too_many_streams_is_1013_and_metrics_show_streams(ws, http, source_id):
             text = urllib.request.urlopen(f"{http}/metrics", timeout=30).read().decode()
             samples = parse_exposition(text)
             assert samples["fusion_ray_live_streams"] == [({}, float(MAX_STREAMS))]
-            assert {labels["level"] for labels, _ in samples["fusion_ray_live_streams_by_level"]} >= {"0", "4"}
+            by_level = {labels["level"]: value for labels, value in samples["fusion_ray_live_streams_by_level"]}
+            assert set(by_level) >= {"0", "4"}
+            assert by_level["0"] == float(MAX_STREAMS) and sum(by_level.values()) == float(MAX_STREAMS)  # new streams
+            latency = {name: value for name, series in samples.items() if name.startswith("fusion_ray_live_latency_seconds")
+                       for _, value in series}
+            assert latency["fusion_ray_live_latency_seconds_count"] >= 1  # the earlier tests' frames
             outcomes = {labels["outcome"] for labels, _ in samples["fusion_ray_live_frames_total"]}
             assert "delivered" in outcomes  # the earlier tests' frames
             return await _refusal(ws, json.dumps({"source_id": source_id, "token": TOKEN}))
@@ -191,6 +196,30 @@ def test_too_many_streams_is_1013_and_metrics_show_streams(ws, http, source_id):
 
     event, code = asyncio.run(crowd())
     assert code == 1013 and event["type"] == "error"
+
+
+def test_http_swap_runs_the_classic_swapper_as_the_image_command_does(http, source_id, images_dir, models_config):
+    """The service runs the classic swapper over HTTP too (it refused it at config load once):
+    the same pixels as the image command's engine, and no stand-in label (none was used)."""
+    import requests
+
+    from fusion_ray.config import EngineConfig, RuntimeConfig, SwapConfig
+    from fusion_ray.engine import Engine
+    from fusion_ray.imageio import decode_image, read_png_text
+
+    target, source = (images_dir / "biden.jpg").read_bytes(), (images_dir / "obama.jpg").read_bytes()
+    response = requests.post(f"{http}/v1/swap", files=[("target", ("biden.jpg", target, "image/jpeg"))],
+                             data={"source_id": source_id, "format": "png"},
+                             headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
+    assert response.status_code == 200, response.text
+    cfg = EngineConfig(models=models_config, runtime=RuntimeConfig(providers=["cpu"]), swap=SwapConfig(swapper="classic"))
+    engine = Engine.load(cfg, components=["detector"], cpu_budget=1)
+    frame = decode_image(target).frame
+    expected = engine.process_frame(frame, engine.prepare_source([decode_image(source).frame])).frame
+    assert np.array_equal(_decode(response.content), expected)
+    assert not np.array_equal(expected, frame)  # a visible swap
+    assert "X-Fusion-Ray-Stand-In" not in response.headers
+    assert "fusion_ray.stand_in_models" not in read_png_text(response.content)
 
 
 def _face_change(detector, sent: np.ndarray, got: np.ndarray) -> tuple[float, float]:
@@ -254,8 +283,13 @@ def test_the_live_page_in_headless_chromium_shows_swapped_frames(http, clip, ima
             shot = page.locator("#out").screenshot()
             page.wait_for_function(f"Number(document.querySelector('#received').textContent) > {received}",
                                    timeout=60_000)
+            page.wait_for_function("document.querySelector('#server-latency').textContent !== '-'", timeout=30_000)
+            shown = {name: page.text_content(f"#{name}") or "" for name in ("fps", "latency", "sent", "level")}
         finally:
             browser.close()
+    # The counters show what the stream does: frames sent and received at a rate, a latency, a level.
+    assert float(shown["fps"]) > 0 and float(shown["latency"]) > 0, shown
+    assert int(shown["sent"]) >= received and int(shown["level"]) in range(5), shown
     # The canvas shows the camera's face swapped: closer to the source photo's face than to the
     # clip's own face (the same check as the engine's classic-swap test), and the counters moved.
     out = _decode(shot)
