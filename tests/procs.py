@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
 import time
 
 import psutil
@@ -32,6 +33,14 @@ def left_after(processes: list[psutil.Process], timeout_s: float) -> list[str]:
     while alive(processes) and time.monotonic() < deadline:
         time.sleep(0.5)
     return alive(processes)
+
+
+def kill_9_leaves(proc: subprocess.Popen, processes: list[psutil.Process], timeout_s: float = 15.0) -> list[str]:
+    """``kill -9`` of ``proc``, then those of its ``processes`` still running after ``timeout_s``
+    ("a few seconds": the reaper sends SIGTERM, then SIGKILL 2 s later, on a loaded host)."""
+    proc.kill()
+    proc.wait(timeout=30)
+    return left_after(processes, timeout_s)
 
 
 def kill_all(processes: list[psutil.Process]) -> None:

@@ -48,7 +48,7 @@ def embed_faces(embedder: ArcFaceEmbedder, frame: Frame, faces: Sequence[Face]) 
     """The faces, each with its embedding (reference selection): cut on the embedder's own
     template and size with the same :func:`align_crops` as :func:`cut_source_face`."""
     layout = CropLayout(embedder.template, embedder.crop_size, np.ones((embedder.crop_size,) * 2, np.float32))
-    crops, _ = align_crops(frame, np.stack([f.landmarks_5 for f in faces]) if faces else np.zeros((0, 5, 2)), layout)
+    crops, _ = align_crops(frame, np.asarray([f.landmarks_5 for f in faces], np.float32).reshape(-1, 5, 2), layout)
     embeddings = embedder.embed_crops(crops)
     return [face.with_embedding(e) for face, e in zip(faces, embeddings, strict=True)]
 

@@ -107,7 +107,6 @@ class EngineStreamProcessor:
         _raise_first(errors)  # never a frame whose selected faces were not swapped
         return Processed(out, faces.landmarks_5, detected)
 
-
     def _faces(self, frame: Frame, plan: FramePlan, errors: list[str]) -> tuple[FaceBatch, int]:
         """Detected on the whole frame, or (level 2, ``plan.landmarks`` set) followed on crops."""
         with self._follow_lock:

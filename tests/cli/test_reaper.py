@@ -19,7 +19,7 @@ import pytest
 
 from fusion_ray.imageio import read_image
 from fusion_ray.video.synthetic import make_test_video
-from tests.procs import kill_all, left_after
+from tests.procs import kill_9_leaves, kill_all
 
 pytestmark = pytest.mark.ray
 
@@ -62,9 +62,7 @@ def test_kill_9_of_a_video_command_leaves_no_ray_process_behind(command, tmp_pat
         assert proc.poll() is None and ray_processes, f"the {command} should be running on its local Ray"
         time.sleep(1.5)  # the reaper polls every 0.5 s
         ray_processes = _ray_children(proc.pid)
-        proc.kill()
-        proc.wait(timeout=30)
-        left = left_after(ray_processes, 15)  # "a few seconds": SIGTERM, then SIGKILL 2 s later, on a loaded host
+        left = kill_9_leaves(proc, ray_processes)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -17,7 +17,7 @@ import psutil
 import pytest
 import requests
 
-from tests.procs import free_port, kill_all, left_after
+from tests.procs import free_port, kill_9_leaves, kill_all, left_after
 
 pytestmark = pytest.mark.ray
 
@@ -81,9 +81,7 @@ def test_kill_9_of_serve_leaves_no_ray_process_behind(tmp_path, models_config):
         _wait_healthy(f"http://127.0.0.1:{port}", proc)
         time.sleep(1.0)  # the reaper polls every 0.5 s
         ray_processes = [p for p in _descendants(proc.pid) if "fusion_ray.cli.reaper" not in " ".join(p.cmdline())]
-        proc.kill()
-        proc.wait(timeout=30)
-        left = left_after(ray_processes, 15)  # "a few seconds": SIGTERM, then SIGKILL 2 s later, on a loaded host
+        left = kill_9_leaves(proc, ray_processes)
     finally:
         if proc.poll() is None:
             proc.kill()
