@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import socket
 import sys
 import threading
 import time
@@ -15,6 +16,7 @@ from typing import Any
 from fusion_ray.cli import reaper
 from fusion_ray.cli.common import parse_model_paths
 from fusion_ray.errors import ConfigError
+from fusion_ray.serve.guard import GuardConfig, HeaderGuard, start_guard
 
 DEFAULT_CONFIG_NAME = "default_serve.yaml"
 """The default Serve config, shipped in the package (configs/serve.yaml is its editable copy)."""
@@ -34,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--host", help="listen address (default: the config's http_options, else 127.0.0.1)")
     parser.add_argument("--port", type=int, help="listen port (default: the config's http_options, else 8000)")
     parser.add_argument("--address", help="Ray cluster address to join (default: start a local Ray)")
+    parser.add_argument("--header-timeout-s", type=float, default=GuardConfig().header_timeout_s,
+                        help="close a connection whose request headers are not complete in this time (408; "
+                        "default %(default)s); 0: no deadline, Serve's proxy listens on the address itself")
     parser.set_defaults(run=run_serve)
 
     load = sub.add_parser("serve-load", help="bounded loopback load test of the HTTP API",
@@ -119,7 +124,12 @@ def run_serve(args: argparse.Namespace) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_stop)
     try:
-        serve.start(http_options={"host": host, "port": port})
+        if args.header_timeout_s > 0:  # Serve's proxy on loopback, behind the header deadline
+            upstream = ("127.0.0.1", _free_loopback_port())
+            serve.start(http_options={"host": upstream[0], "port": upstream[1]})
+            start_guard(HeaderGuard(upstream, GuardConfig(header_timeout_s=args.header_timeout_s)), host, port)
+        else:
+            serve.start(http_options={"host": host, "port": port})
         print(f"starting {name} on http://{host}:{port}{prefix} (models load in the replicas)...", file=sys.stderr)
         serve.run(build_app(app_args), name=name, route_prefix=prefix, blocking=False)
         print(f"ready: http://{host}:{port}{prefix.rstrip('/')}/docs  (Ctrl-C or SIGTERM stops it)",
@@ -131,6 +141,12 @@ def run_serve(args: argparse.Namespace) -> int:
     finally:
         _shutdown(serve, ray if started else None)
     return 0
+
+
+def _free_loopback_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def _shutdown(serve: Any, ray: Any | None) -> None:

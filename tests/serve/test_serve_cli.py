@@ -6,8 +6,12 @@ share the test session's cluster. Run under the Ray lock, like every Ray test.
 
 from __future__ import annotations
 
+import asyncio
+import http.client
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +21,7 @@ import psutil
 import pytest
 import requests
 
+from fusion_ray.serve.metrics import parse_exposition
 from tests.procs import free_port, kill_9_leaves, kill_all, left_after
 
 pytestmark = pytest.mark.ray
@@ -87,3 +92,71 @@ def test_kill_9_of_serve_leaves_no_ray_process_behind(tmp_path, models_config):
             proc.kill()
         kill_all(ray_processes)  # never leave them to the next test, even when the assertion fails
     assert not left, left
+
+
+def _uploads(url: str) -> float:
+    samples = parse_exposition(requests.get(f"{url}/metrics", timeout=30).text)
+    return sum(v for _, v in samples.get("fusion_ray_uploads_in_progress", []))
+
+
+def _partial_head(port: int, source: str, head: bytes, timeout_s: float = 30) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s, source_address=(source, 0))
+    sock.sendall(head)
+    return sock
+
+
+def test_the_guard_gives_headers_a_deadline_and_passes_each_client_on(tmp_path, models_config):
+    """``fusion-ray serve`` listens through its header guard: a connection whose headers stall is
+    answered 408 and closed after --header-timeout-s; requests and a WebSocket pass through; the
+    ingress's per-client upload limit sees each client's own address (X-Forwarded-For from the
+    guard), so one greedy address is refused while another is served."""
+    from websockets.asyncio.client import connect
+
+    port = free_port()
+    models = [a for name, path in models_config.paths.items() for a in ("--model", f"{name}={path}")]
+    env = {**os.environ, "FUSION_RAY_API_TOKEN": "", "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.Popen([str(FUSION_RAY), "serve", "--port", str(port), "--header-timeout-s", "2",
+                             "--models-dir", str(models_config.models_dir), *models],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    held: list[socket.socket] = []
+    ray_processes: list = []
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_healthy(url, proc)  # plain requests pass through
+        ray_processes = _descendants(proc.pid)
+        stalled = _partial_head(port, "127.0.0.1", b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        start = time.monotonic()
+        answer = stalled.recv(200)
+        assert answer.startswith(b"HTTP/1.1 408") and 1.5 < time.monotonic() - start < 20, answer
+        assert stalled.recv(200) == b""  # and closed
+
+        upload = (b"POST /v1/swap HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+                  b"Content-Length: 100000\r\n\r\n--b\r\n")
+        held = [_partial_head(port, "127.0.0.2", upload) for _ in range(8)]  # the per-client limit
+        deadline = time.monotonic() + 60
+        while _uploads(url) < 8 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _uploads(url) == 8
+        held.append(_partial_head(port, "127.0.0.2", upload))  # a 9th from the same address
+        reply = http.client.HTTPResponse(held[-1])  # answered at once, before its body is read
+        reply.begin()
+        assert reply.status == 503 and "your address has its limit" in json.loads(reply.read())["detail"]
+        other = requests.get(f"{url}/v1/sources/none", timeout=30)  # another client: served
+        assert other.status_code == 404, other.text
+
+        async def stream_refusal() -> dict:
+            async with connect(f"ws://127.0.0.1:{port}/v1/stream") as conn:
+                await conn.send(json.dumps({"source_id": "nope"}))
+                return json.loads(await conn.recv())
+
+        assert asyncio.run(stream_refusal())["code"] == "unknown_source"  # the WebSocket passed through
+    finally:
+        for sock in held:
+            sock.close()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            kill_all(ray_processes)

@@ -1,0 +1,46 @@
+"""The header guard's head rewriting (pure); the guard in front of a real Serve app is tested
+through ``fusion-ray serve`` in test_serve_cli.py."""
+
+import pytest
+
+from fusion_ray.serve.guard import HeadError, rewrite_head
+
+
+def _headers(head: bytes) -> list[tuple[bytes, bytes]]:
+    lines = head.split(b"\r\n")
+    return [tuple(line.split(b": ", 1)) for line in lines[1:] if line]  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("head", "line", "connection"), [
+    (b"POST /v1/swap HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\n",
+     b"POST /v1/swap HTTP/1.1", b"close"),
+    (b"GET /healthz HTTP/1.0\r\nHost: h\r\n\r\n", b"GET /healthz HTTP/1.0", b"close"),
+    (b"GET /v1/stream HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n",
+     b"GET /v1/stream HTTP/1.1", b"keep-alive, Upgrade"),   # a WebSocket keeps its upgrade
+])
+def test_the_head_asks_for_one_request_per_connection_unless_it_upgrades(head, line, connection):
+    out = rewrite_head(head, "10.0.0.7")
+    assert out.split(b"\r\n")[0] == line and out.endswith(b"\r\n\r\n")
+    headers = _headers(out)
+    assert [v for k, v in headers if k == b"connection"] == [connection]
+    assert [v for k, v in headers if k == b"x-forwarded-for"] == [b"10.0.0.7"]
+
+
+def test_forwarding_headers_from_the_client_are_replaced_and_the_rest_kept():
+    head = (b"POST /v1/swap?x=1 HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 6.6.6.6\r\nForwarded: for=6.6.6.6\r\n"
+            b"Authorization: Bearer t\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 9\r\n\r\n")
+    headers = _headers(rewrite_head(head, "127.0.0.2"))
+    assert (b"x-forwarded-for", b"127.0.0.2") in headers and (b"forwarded", b"for=6.6.6.6") not in headers
+    assert [k for k, _ in headers].count(b"x-forwarded-for") == 1
+    assert {(b"host", b"h"), (b"authorization", b"Bearer t"), (b"content-length", b"9"),
+            (b"content-type", b"multipart/form-data; boundary=b")} <= set(headers)
+
+
+@pytest.mark.parametrize("head", [
+    b"hello\r\n\r\n",
+    b"GET / HTTP/1.1\r\n\r\n",                       # HTTP/1.1 without Host
+    b"GET / HTTP/1.1\r\nHost: h\r\nbad header\r\n\r\n",
+])
+def test_a_head_that_is_not_http_is_refused(head):
+    with pytest.raises(HeadError):
+        rewrite_head(head, "127.0.0.1")
