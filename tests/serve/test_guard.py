@@ -44,3 +44,30 @@ def test_forwarding_headers_from_the_client_are_replaced_and_the_rest_kept():
 def test_a_head_that_is_not_http_is_refused(head):
     with pytest.raises(HeadError):
         rewrite_head(head, "127.0.0.1")
+
+
+def test_the_guard_answers_heads_it_refuses_without_reaching_the_upstream():
+    """408 for a head not complete in time, 431 for one over the size limit, 400 for one that is
+    not HTTP; none of them opens a connection upstream (port 9 here: nothing listens)."""
+    import socket
+    import time
+
+    from fusion_ray.serve.guard import GuardConfig, HeaderGuard, start_guard
+    from tests.procs import free_port
+
+    port = free_port()
+    start_guard(HeaderGuard(("127.0.0.1", 9), GuardConfig(header_timeout_s=0.5, max_header_bytes=4096)),
+                "127.0.0.1", port)
+
+    def answer(data: bytes) -> tuple[bytes, float]:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            start = time.monotonic()
+            sock.sendall(data)
+            reply = sock.recv(200)
+            assert sock.recv(200) == b""  # then closed
+            return reply, time.monotonic() - start
+
+    reply, waited = answer(b"GET / HTTP/1.1\r\nHost: x\r\n")
+    assert reply.startswith(b"HTTP/1.1 408") and 0.4 < waited < 5
+    assert answer(b"GET / HTTP/1.1\r\nX-Big: " + b"a" * 8000)[0].startswith(b"HTTP/1.1 431")
+    assert answer(b"hello\r\n\r\n")[0].startswith(b"HTTP/1.1 400")
