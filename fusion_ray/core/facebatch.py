@@ -201,6 +201,35 @@ class FaceBatch:
                    cat("face_score", (), np.float32), ids, cat("face_track", (), np.int64), crop, affine)
 
 
+@dataclass(frozen=True)
+class FrameBatch:
+    """Frames, their per-frame error messages ("" for a frame that is fine) and their faces
+    (``faces.frame_index`` points into ``frames``): what one step of the chain hands the next.
+    The chain functions mark a failed frame in ``errors`` in place."""
+
+    frames: list[np.ndarray]
+    errors: list[str]
+    faces: FaceBatch
+
+    def __post_init__(self) -> None:
+        if len(self.errors) != len(self.frames):
+            raise ValueError(f"FrameBatch: expected {len(self.frames)} error entries (one per frame), "
+                             f"got {len(self.errors)}")
+        if len(self.faces) and int(self.faces.frame_index.max()) >= len(self.frames):
+            raise ValueError(f"FrameBatch: expected face frame indices below {len(self.frames)}, "
+                             f"got {int(self.faces.frame_index.max())}")
+
+    @classmethod
+    def of(cls, frames: Sequence[np.ndarray], faces: FaceBatch | None = None) -> FrameBatch:
+        """Frames none of which has failed (yet), with ``faces`` (none by default)."""
+        return cls(list(frames), [""] * len(frames), faces if faces is not None else FaceBatch.empty())
+
+    @property
+    def first_error(self) -> str:
+        """The first failed frame's message ("" when none failed): one-frame callers raise it."""
+        return next((e for e in self.errors if e), "")
+
+
 def per_row(values: Sequence[Any]) -> np.ndarray:
     """A 1-D object array holding one value (often an ndarray) per row."""
     column = np.empty(len(values), dtype=object)

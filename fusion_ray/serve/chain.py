@@ -21,11 +21,12 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, RayServeException
 
 from fusion_ray.core import chain as core_chain
-from fusion_ray.core.facebatch import FaceBatch
+from fusion_ray.core.facebatch import FaceBatch, FrameBatch
 from fusion_ray.core.identity import SourceFace
 from fusion_ray.core.layout import enhance_layout, swap_layout
 from fusion_ray.core.modelset import ModelInfo
 from fusion_ray.core.provenance import Provenance
+from fusion_ray.serve.deployments import DetectReply
 from fusion_ray.serve.limits import ApiError, wait_for
 from fusion_ray.serve.metrics import MetricsRecorder, Snapshot
 from fusion_ray.serve.settings import ServeSettings
@@ -89,11 +90,10 @@ class Downstream:
 
     # ------------------------------------------------------------ the chain
     async def detect(self, t: Timings, frame: np.ndarray, mode: str, index: int,
-                     size: int | None = None) -> dict[str, Any]:
-        found: dict[str, Any] = await self.call(t, "detect",
-                                                lambda: self.detector.detect.remote(frame, mode, index, size))
-        t.record("detect_compute", float(found["compute_s"]))  # the detect stage minus the hop
-        _failed(found["error"], "detection")
+                     size: int | None = None) -> DetectReply:
+        found: DetectReply = await self.call(t, "detect", lambda: self.detector.detect.remote(frame, mode, index, size))
+        t.record("detect_compute", found.compute_s)  # the detect stage minus the hop
+        _failed(found.error, "detection")
         return found
 
     async def source_face(self, t: Timings, frame: np.ndarray) -> SourceFace | None:
@@ -166,33 +166,23 @@ class LocalStages:
         self.swap_layout = swap_layout(cfg)
         self.enhance_layout = enhance_layout(cfg)
 
-    def paste(self, frame: np.ndarray, found: dict[str, Any], crops: np.ndarray,
-              enhance: bool) -> dict[str, Any]:
-        """The frame with the swapped crops pasted (read it with :meth:`pasted_frame`); for
-        enhancement also the enhancer crops to send on (:meth:`enhancer_crops`)."""
-        errors = [""]
-        faces: FaceBatch = found["faces"].with_crops(crops)
-        pasted = core_chain.paste([frame], faces, self.swap_layout, errors)[0]
-        out: dict[str, Any] = {"frame": pasted}
-        if enhance:
-            out["faces"] = core_chain.align_for_enhance([pasted], faces, self.enhance_layout, errors)
-        _failed(errors[0], "paste")
+    def paste(self, frame: np.ndarray, faces: FaceBatch, crops: np.ndarray, enhance: bool) -> FrameBatch:
+        """The frame with the swapped crops pasted; with ``enhance`` its faces are the enhancer
+        crops to send on (else none)."""
+        swapped = FrameBatch.of([frame], faces.with_crops(crops))
+        pasted = core_chain.paste(swapped.frames, swapped.faces, self.swap_layout, swapped.errors)
+        cut = (core_chain.align_for_enhance(pasted, swapped.faces, self.enhance_layout, swapped.errors)
+               if enhance else FaceBatch.empty())
+        _failed(swapped.first_error, "paste")
+        return FrameBatch(pasted, swapped.errors, cut)
+
+    def paste_enhanced(self, pasted: FrameBatch, enhanced: np.ndarray) -> FrameBatch:
+        """``pasted`` with its enhancer crops replaced by ``enhanced`` and pasted back."""
+        faces = pasted.faces.with_crops(enhanced)
+        out = FrameBatch(core_chain.paste(pasted.frames, faces, self.enhance_layout, pasted.errors, "paste_enhanced"),
+                         pasted.errors, FaceBatch.empty())
+        _failed(out.first_error, "paste")
         return out
-
-    def paste_enhanced(self, pasted: dict[str, Any], enhanced: np.ndarray) -> dict[str, Any]:
-        errors = [""]
-        faces = pasted["faces"].with_crops(enhanced)
-        frame = core_chain.paste([pasted["frame"]], faces, self.enhance_layout, errors, "paste_enhanced")[0]
-        _failed(errors[0], "paste")
-        return {"frame": frame}
-
-    @staticmethod
-    def pasted_frame(out: dict[str, Any]) -> np.ndarray:
-        return np.asarray(out["frame"])
-
-    @staticmethod
-    def enhancer_crops(out: dict[str, Any]) -> np.ndarray:
-        return out["faces"].crop  # type: ignore[no-any-return]
 
     def provenance(self, models: dict[str, ModelInfo], enhance: bool) -> Provenance:
         """The :class:`Provenance` of the models an output used (the enhancer's only with ``enhance``)."""

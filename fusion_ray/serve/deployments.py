@@ -21,6 +21,7 @@ import asyncio
 import logging
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import cv2
@@ -45,6 +46,20 @@ from fusion_ray.types import SourceIdentity
 
 log = logging.getLogger(__name__)
 
+
+@dataclass(frozen=True)
+class DetectReply:
+    """The detector's answer for one frame: the selected faces with their swap crops, how many
+    faces it found, the frame's error ("" when it is fine) and the model time."""
+
+    faces: FaceBatch
+    faces_detected: int
+    error: str
+    compute_s: float
+
+    @property
+    def faces_selected(self) -> int:
+        return len(self.faces)
 
 
 def _configure_batching(method: Any, batch: BatchSettings) -> None:
@@ -93,20 +108,13 @@ class DetectorDeployment:
             self._canvases[key] = ScrfdDetector(base.session, base.spec, base.cfg.model_copy(update=update))
         return self._canvases[key]
 
-    def detect(self, frame: np.ndarray, mode: str, index: int, size: int | None = None) -> dict[str, Any]:
-        """Faces found, faces selected, and the selected faces (a FaceBatch with swap crops)."""
+    def detect(self, frame: np.ndarray, mode: str, index: int, size: int | None = None) -> DetectReply:
+        """Faces found, and the selected faces (a FaceBatch with swap crops)."""
         start = time.perf_counter()
         errors = [""]
         found = chain.detect_select_align(self._detector(size), [frame], errors,
                                           [chain.Selection(mode, index)], self.layout)
-        return {
-            "faces_detected": int(found.faces_detected[0]),
-            "faces_selected": len(found.faces),
-            "faces": found.faces,
-            "crops": found.faces.crop,
-            "error": errors[0],
-            "compute_s": time.perf_counter() - start,
-        }
+        return DetectReply(found.faces, int(found.faces_detected[0]), errors[0], time.perf_counter() - start)
 
     def redetect(self, frame: np.ndarray, predictions: list[TrackPrediction],
                  previous: dict[int, CropBox]) -> RoiResult:

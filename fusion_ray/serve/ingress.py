@@ -31,6 +31,7 @@ from fusion_ray.imageio import LoadedImage, encode_image
 from fusion_ray.live.hub import LiveHub
 from fusion_ray.serve.auth import BearerAuth, metrics_public
 from fusion_ray.serve.chain import Downstream, LocalStages
+from fusion_ray.serve.deployments import DetectReply
 from fusion_ray.serve.forms import Form, Part, read_form
 from fusion_ray.serve.images import ImageHeader, decode
 from fusion_ray.serve.limits import (
@@ -246,7 +247,7 @@ class IngressCore:
         mode = opts.select or self.settings.engine.selection.mode
         index = opts.face_index if opts.face_index is not None else self.settings.engine.selection.index
 
-        async def detect_target() -> tuple[LoadedImage, dict[str, Any]]:
+        async def detect_target() -> tuple[LoadedImage, DetectReply]:
             loaded = await self.decode(t, req.target, req.target_header, "target image")
             return loaded, await self.downstream.detect(t, loaded.frame, mode, index)
 
@@ -258,9 +259,9 @@ class IngressCore:
                                                                                      req.source_headers)
 
         (loaded, found), (key, identity) = await first_error_cancels(detect_target(), get_identity())
-        headers = {FACES_DETECTED_HEADER: str(found["faces_detected"]),
-                   FACES_SWAPPED_HEADER: str(found["faces_selected"])}
-        if found["faces_selected"] == 0:
+        headers = {FACES_DETECTED_HEADER: str(found.faces_detected),
+                   FACES_SWAPPED_HEADER: str(found.faces_selected)}
+        if found.faces_selected == 0:
             return await self._unchanged(t, req, loaded, found, headers, mode, index)
         made_by = await self.provenance(t, opts.enhance)
         if made_by.header_value():
@@ -271,22 +272,22 @@ class IngressCore:
         headers["Server-Timing"] = t.server_timing()
         return Response(data, media_type=MEDIA_TYPES[opts.format], headers=headers)
 
-    async def _swapped_frame(self, t: Timings, req: SwapRequest, loaded: LoadedImage, found: dict[str, Any],
+    async def _swapped_frame(self, t: Timings, req: SwapRequest, loaded: LoadedImage, found: DetectReply,
                              key: str, identity: SourceIdentity) -> np.ndarray:
-        crops = await self.downstream.swap(t, found["crops"], identity, key)
-        out = await self.thread(t, "paste", self.local.paste, loaded.frame, found, crops, req.options.enhance)
+        crops = await self.downstream.swap(t, found.faces.require_crops()[0], identity, key)
+        out = await self.thread(t, "paste", self.local.paste, loaded.frame, found.faces, crops, req.options.enhance)
         if req.options.enhance:
             blend = req.options.blend if req.options.blend is not None else self.settings.engine.enhance.blend
-            enhanced = await self.downstream.enhance(t, self.local.enhancer_crops(out), blend)
+            enhanced = await self.downstream.enhance(t, out.faces.require_crops()[0], blend)
             out = await self.thread(t, "paste_enhanced", self.local.paste_enhanced, out, enhanced)
-        return self.local.pasted_frame(out)
+        return out.frames[0]
 
-    async def _unchanged(self, t: Timings, req: SwapRequest, loaded: LoadedImage, found: dict[str, Any],
+    async def _unchanged(self, t: Timings, req: SwapRequest, loaded: LoadedImage, found: DetectReply,
                          headers: dict[str, str], mode: str, index: int) -> Response:
-        if found["faces_detected"] == 0:
+        if found.faces_detected == 0:
             reason = "no face found in the target image"
         else:
-            reason = (f"{found['faces_detected']} face(s) in the target image, none selected "
+            reason = (f"{found.faces_detected} face(s) in the target image, none selected "
                       f"(select={mode}, face_index={index})")
         opts = req.options
         if opts.strict:

@@ -80,13 +80,12 @@ class ServeStreamProcessor:
         local = self.core.local
         crops, _ = faces.require_crops()
         swapped = await self.core.downstream.swap(t, crops, self.identity, self.key)
-        found = {"faces": faces}
-        out = await asyncio.to_thread(local.paste, frame, found, swapped, plan.enhance)
+        out = await asyncio.to_thread(local.paste, frame, faces, swapped, plan.enhance)
         if plan.enhance:
             blend = self.core.settings.engine.enhance.blend
-            enhanced = await self.core.downstream.enhance(t, local.enhancer_crops(out), blend)
+            enhanced = await self.core.downstream.enhance(t, out.faces.require_crops()[0], blend)
             out = await asyncio.to_thread(local.paste_enhanced, out, enhanced)
-        return Processed(local.pasted_frame(out), faces.landmarks_5, detected)
+        return Processed(out.frames[0], faces.landmarks_5, detected)
 
     async def _faces(self, t: Timings, frame: Frame, plan: FramePlan) -> tuple[FaceBatch, int]:
         """The faces to swap: detected on the whole frame, or (level 2, ``plan.landmarks`` set)
@@ -110,6 +109,5 @@ class ServeStreamProcessor:
         """Whole-frame detection and selection on the detector deployment; the tracker follows it."""
         found = await self.core.downstream.detect(t, frame, self.start.select, self.start.face_index,
                                                   plan.detector_size)
-        faces: FaceBatch = found["faces"]
-        self.follower.detected(plan.seq, faces, frame.shape[:2])
-        return faces, int(found["faces_detected"])
+        self.follower.detected(plan.seq, found.faces, frame.shape[:2])
+        return found.faces, found.faces_detected

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from fusion_ray.core.facebatch import FACE_COLUMNS, NO_TRACK, FaceBatch
+from fusion_ray.core.facebatch import FACE_COLUMNS, NO_TRACK, FaceBatch, FrameBatch
 from fusion_ray.types import Face
 
 
@@ -82,3 +82,17 @@ def test_one_frame_from_landmarks_alone():
     assert faces.frame_index.tolist() == [0] and faces.track_id.tolist() == [NO_TRACK]
     assert faces.bbox_xyxy.tolist() == [[10, 10, 20, 20]] and faces.score.tolist() == [1.0]
     assert len(FaceBatch.one_frame(np.zeros((0, 5, 2)))) == 0
+
+
+def test_a_frame_batch_holds_one_error_per_frame_and_faces_of_its_frames():
+    frames = [np.zeros((8, 8, 3), np.uint8)] * 2
+    faces = FaceBatch.one_frame(np.ones((1, 5, 2), np.float32))
+    batch = FrameBatch.of(frames, faces)
+    assert batch.errors == ["", ""] and batch.first_error == "" and len(batch.faces) == 1
+    batch.errors[1] = "frame 1: broken"  # the chain marks failed frames in place
+    assert batch.first_error == "frame 1: broken"
+    assert len(FrameBatch.of(frames).faces) == 0
+    with pytest.raises(ValueError, match=r"expected 2 error entries \(one per frame\), got 1"):
+        FrameBatch(frames, [""], faces)
+    with pytest.raises(ValueError, match="expected face frame indices below 1, got 1"):
+        FrameBatch(frames[:1], [""], FaceBatch.merge([faces, faces], [0, 1]))
