@@ -32,7 +32,7 @@ import numpy.typing as npt
 from fusion_ray.core.matching import iou_matrix, landmark_distance_matrix
 from fusion_ray.core.tracking import NO_TRACK, FrameFaces, Tracker, TrackPrediction, gate_scale
 from fusion_ray.core.tracking_config import TrackingConfig
-from fusion_ray.models.detector import ScrfdDetector, nms
+from fusion_ray.models.detector import DetectorCanvases, ScrfdDetector, nms
 from fusion_ray.types import Frame, check_frame
 
 CropBox = tuple[int, int, int, int]
@@ -107,8 +107,7 @@ def full_detection_reason(frame_idx: int, *, last_full: int | None, cfg: Trackin
 
 def roi_detector(detector: ScrfdDetector, canvas: int) -> ScrfdDetector:
     """A detector over the same session and model that runs at a square ``canvas``."""
-    return ScrfdDetector(detector.session, detector.spec,
-                         detector.cfg.model_copy(update={"size": canvas, "canvas": "square"}))
+    return DetectorCanvases(detector).get(canvas, square=True)
 
 
 def pick_for_track(found: FrameFaces, prediction: TrackPrediction, max_distance: float) -> int | None:

@@ -12,13 +12,13 @@ import threading
 
 from fusion_ray.core import chain
 from fusion_ray.core.facebatch import FaceBatch
-from fusion_ray.core.redetect import redetect, roi_detector
+from fusion_ray.core.redetect import redetect
 from fusion_ray.core.sources import SourceStore
 from fusion_ray.engine import Engine
 from fusion_ray.live.backend import FramePlan, Processed, StreamRefused, token_matches
 from fusion_ray.live.follow import StreamFollower
 from fusion_ray.live.protocol import CLOSE_POLICY, CLOSE_UNSUPPORTED, StartMessage
-from fusion_ray.models.detector import ScrfdDetector
+from fusion_ray.models.detector import DetectorCanvases, ScrfdDetector
 from fusion_ray.types import Frame, SourceIdentity, check_frame
 
 
@@ -29,8 +29,7 @@ class EngineBackend:
         self.engine = engine
         self.token = token
         self.sources = SourceStore(max_sources)
-        self._detectors: dict[int, ScrfdDetector] = {}
-        self._roi_detector: ScrfdDetector | None = None
+        self._canvases: DetectorCanvases | None = None
         self._lock = threading.Lock()
 
     def authorize(self, token: str | None) -> bool:
@@ -40,22 +39,13 @@ class EngineBackend:
         """Register a source photo (NoFaceError when it has no face); returns its id."""
         return self.sources.put(self.engine.prepare_source([image], [name]))
 
-    def detector(self, size: int | None) -> ScrfdDetector:
-        """The engine's detector, or one on a smaller canvas sharing its session."""
-        base = self.engine.models.need_detector()
-        if size is None or size == base.cfg.size:
-            return base
+    def detector(self, size: int | None = None, *, square: bool = False) -> ScrfdDetector:
+        """The engine's detector, or one sharing its session on another canvas (a smaller one at
+        level 3; the square crop canvas of level 2's re-detection with ``square``)."""
         with self._lock:
-            if size not in self._detectors:
-                self._detectors[size] = ScrfdDetector(base.session, base.spec, base.cfg.model_copy(update={"size": size}))
-            return self._detectors[size]
-
-    def roi_detector(self) -> ScrfdDetector:
-        """The detector on the square crop canvas of level 2's re-detection, sharing its session."""
-        with self._lock:
-            if self._roi_detector is None:
-                self._roi_detector = roi_detector(self.engine.models.need_detector(), self.engine.cfg.tracking.roi_canvas)
-            return self._roi_detector
+            if self._canvases is None:
+                self._canvases = DetectorCanvases(self.engine.models.need_detector())
+        return self._canvases.get(size, square=square)
 
     async def open(self, start: StartMessage) -> EngineStreamProcessor:
         identity = self.sources.get(start.source_id)
@@ -112,7 +102,8 @@ class EngineStreamProcessor:
         with self._follow_lock:
             predictions = self.follower.predictions(plan.seq, plan.landmarks is not None)
             if predictions:
-                roi = redetect(frame, self.backend.roi_detector(), predictions, self.engine.cfg.tracking,
+                tracking = self.engine.cfg.tracking
+                roi = redetect(frame, self.backend.detector(tracking.roi_canvas, square=True), predictions, tracking,
                                self.follower.crops)
                 followed = self.follower.followed(plan.seq, roi, frame.shape[:2])
                 if followed is not None:

@@ -9,6 +9,7 @@ threshold, then NMS.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -188,3 +189,24 @@ class ScrfdDetector(NotPicklable):
     def detect_batch(self, frames: Sequence[Frame]) -> list[list[Face]]:
         """Faces for each frame (the insightface exports have a fixed batch of 1: a loop)."""
         return [self.detect(frame) for frame in frames]
+
+
+class DetectorCanvases:
+    """One detector and, made once each, detectors over its session at other canvases (a live
+    stream's smaller canvas, the square crop canvas of re-detection). Thread-safe."""
+
+    def __init__(self, base: ScrfdDetector) -> None:
+        self.base = base
+        self._made: dict[tuple[int, bool], ScrfdDetector] = {}
+        self._lock = threading.Lock()
+
+    def get(self, size: int | None = None, *, square: bool = False) -> ScrfdDetector:
+        """The detector at ``size`` (None: the base's), on a square canvas with ``square``."""
+        if size is None or (size == self.base.cfg.size and not square):
+            return self.base
+        with self._lock:
+            if (size, square) not in self._made:
+                update: dict[str, object] = {"size": size, "canvas": "square"} if square else {"size": size}
+                self._made[(size, square)] = ScrfdDetector(self.base.session, self.base.spec,
+                                                           self.base.cfg.model_copy(update=update))
+            return self._made[(size, square)]

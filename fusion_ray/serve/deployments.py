@@ -37,7 +37,7 @@ from fusion_ray.core.redetect import CropBox, RoiResult, redetect
 from fusion_ray.core.sources import SourceStore
 from fusion_ray.core.swapper import swap_backend
 from fusion_ray.core.tracking import TrackPrediction
-from fusion_ray.models.detector import ScrfdDetector
+from fusion_ray.models.detector import DetectorCanvases, ScrfdDetector
 from fusion_ray.models.enhancer import blend_crops
 from fusion_ray.serve.batching import AdaptiveWait
 from fusion_ray.serve.metrics import MetricsStore, Snapshot
@@ -93,20 +93,13 @@ class DetectorDeployment:
             cv2.setNumThreads(threads)
         self.models = ModelSet.load(self.cfg, ["detector"], cpu_budget=budget)
         self.layout = swap_layout(self.cfg)
-        self._canvases: dict[tuple[int, bool], ScrfdDetector] = {}
+        self._canvases = DetectorCanvases(self.models.need_detector())
         log.info("detector replica ready (cpu budget %s)", budget)
 
     def _detector(self, size: int | None, *, square: bool = False) -> ScrfdDetector:
         """The detector, or one over the same session on a smaller canvas (a live stream's level 3;
         square crops for re-detection)."""
-        base = self.models.need_detector()
-        if size is None or (size == base.cfg.size and not square):
-            return base
-        key = (size, square)
-        if key not in self._canvases:
-            update: dict[str, Any] = {"size": size, "canvas": "square"} if square else {"size": size}
-            self._canvases[key] = ScrfdDetector(base.session, base.spec, base.cfg.model_copy(update=update))
-        return self._canvases[key]
+        return self._canvases.get(size, square=square)
 
     def detect(self, frame: np.ndarray, mode: str, index: int, size: int | None = None) -> DetectReply:
         """Faces found, and the selected faces (a FaceBatch with swap crops)."""

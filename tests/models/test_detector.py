@@ -6,6 +6,7 @@ from fusion_ray.errors import ModelError
 from fusion_ray.imageio import read_image
 from fusion_ray.models.detector import (
     STRIDES,
+    DetectorCanvases,
     ScrfdDetector,
     anchor_centers,
     decode_scrfd,
@@ -159,3 +160,13 @@ def test_fixed_size_export_uses_its_own_canvas(scrfd_path, images_dir, tmp_path)
     blob, plan = detector.preprocess(frame)
     assert blob.shape == (1, 3, 640, 640) and plan.canvas_hw == (640, 640)
     assert len(detector.detect(frame)) == 3
+
+
+def test_detector_canvases_share_the_session_and_are_made_once(detector, images_dir):
+    canvases = DetectorCanvases(detector)
+    assert canvases.get() is detector and canvases.get(detector.cfg.size) is detector
+    small, square = canvases.get(320), canvases.get(192, square=True)
+    assert canvases.get(320) is small and canvases.get(192, square=True) is square
+    assert small.session is square.session is detector.session
+    assert (small.cfg.size, square.cfg.size, square.cfg.canvas) == (320, 192, "square")
+    assert len(small.detect(read_image(images_dir / "obama.jpg").frame)) == 1
