@@ -90,6 +90,16 @@ def app_args_from_cli(args: argparse.Namespace) -> tuple[dict[str, Any], dict[st
     return settings.model_dump(mode="json"), app, config
 
 
+def resolve_metrics_public(app_args: dict[str, Any], host: str) -> None:
+    """``auth.metrics_public: null`` (the default) becomes whether ``host`` is a loopback bind:
+    /metrics answers without the token only there."""
+    from fusion_ray.serve.auth import is_loopback
+
+    auth = app_args.setdefault("auth", {})
+    if auth.get("metrics_public") is None:
+        auth["metrics_public"] = is_loopback(host)
+
+
 class _Stop(Exception):
     """SIGTERM: stop as Ctrl-C does."""
 
@@ -103,7 +113,6 @@ def run_serve(args: argparse.Namespace) -> int:
     from ray import serve
 
     from fusion_ray.serve.app import build_app
-    from fusion_ray.serve.auth import is_loopback
 
     app_args, app, config = app_args_from_cli(args)
     http = dict(config.get("http_options") or {})
@@ -111,9 +120,7 @@ def run_serve(args: argparse.Namespace) -> int:
     port = args.port or int(http.get("port") or 8000)
     name = app.get("name", "fusion_ray")
     prefix = app.get("route_prefix", "/")
-    auth = app_args.setdefault("auth", {})
-    if auth.get("metrics_public") is None:  # null: public on a loopback bind only
-        auth["metrics_public"] = is_loopback(host)
+    resolve_metrics_public(app_args, host)
     started = not ray.is_initialized()
     if started:
         if args.address is None:

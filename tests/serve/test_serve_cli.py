@@ -160,3 +160,15 @@ def test_the_guard_gives_headers_a_deadline_and_passes_each_client_on(tmp_path, 
             if proc.poll() is None:
                 proc.kill()
             kill_all(ray_processes)
+
+
+@pytest.mark.parametrize(("configured", "host", "public"), [
+    (None, "127.0.0.1", True), (None, "::1", True), (None, "0.0.0.0", False), (None, "10.1.2.3", False),
+    (True, "0.0.0.0", True), (False, "127.0.0.1", False),
+])
+def test_metrics_are_public_by_default_only_on_a_loopback_bind(configured, host, public):
+    from fusion_ray.cli.serve import resolve_metrics_public
+
+    args = {"auth": {"metrics_public": configured}}
+    resolve_metrics_public(args, host)
+    assert args["auth"]["metrics_public"] is public
