@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 from fusion_ray.cli.common import add_engine_arguments, engine_config_from_args
 from fusion_ray.cli.video import ProgressPrinter, add_pipeline_arguments, job_config, print_summary
 from fusion_ray.errors import InputError
-from fusion_ray.fsutil import check_writable_dir
 
 if TYPE_CHECKING:
     from fusion_ray.storage import Location, Storage
@@ -54,10 +53,9 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     storage = Storage(StorageConfig.from_env(os.environ))  # buckets reached with the standard AWS variables
     root = _output_root(args.output_root)
-    if isinstance(root, Location):
-        storage.check_writable(root)  # a missing bucket or refused credentials: one line, before any work
-    else:
-        check_writable_dir(root, "output root")  # before any work: a read-only root would fail every item
+    # before any work: a read-only root would fail every item; a missing bucket or refused
+    # credentials are one line
+    storage.check_writable(root)
     if args.clean_parts:
         return _clean_parts(root, storage)
     if args.manifest and (args.source_pattern or args.target_pattern):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -125,9 +124,6 @@ def _remove_parts(video: ItemPlan, storage: Storage) -> None:
     """Remove a joined video's parts folder, every key (local or in a bucket); a failure is
     logged, not raised."""
     folder = parts_folder(video.output)
-    if not isinstance(folder, Location):
-        shutil.rmtree(folder, ignore_errors=True)
-        return
     try:
         storage.remove_tree(folder)
     except FusionRayError as exc:

@@ -119,7 +119,7 @@ def finished_segments(storage: Storage, work_dir: Folder, segments: Iterable[Seg
     folder), by index."""
     wanted = {s.index for s in segments}
     found: dict[int, ResumedSegment] = {}
-    for location in storage.glob(_child(work_dir, "segment_*.mp4")):
+    for location in storage.glob(work_dir / "segment_*.mp4"):
         match = SEGMENT_NAME.fullmatch(location.name)
         if not match or int(match.group(1)) not in wanted:
             continue
@@ -128,7 +128,7 @@ def finished_segments(storage: Storage, work_dir: Folder, segments: Iterable[Seg
         except (FusionRayError, OSError, ValueError, TypeError) as exc:  # written first: a segment without is not reused
             log.warning("not resuming %s: its counts cannot be read (%s)", location, exc)
             continue
-        found[int(match.group(1))] = ResumedSegment(str(location.path if location.is_local else location), counts)
+        found[int(match.group(1))] = ResumedSegment(str(location), counts)
     return found
 
 
@@ -145,6 +145,3 @@ def find_parts_folders(storage: Storage, root: Folder) -> list[Folder]:
                 break
     return sorted(found)
 
-
-def _child(folder: Folder, name: str) -> Folder:
-    return folder / name
