@@ -6,7 +6,6 @@ import os
 import platform
 import shutil
 import subprocess
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +18,6 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def gpus() -> list[dict[str, str]]:
@@ -81,11 +73,13 @@ def code_version() -> dict[str, Any]:
 
 def machine_info() -> dict[str, Any]:
     """A JSON-ready description of this machine and the libraries that matter for throughput."""
-    import onnxruntime as ort
     import psutil
 
     from fusion_ray import __version__
     from fusion_ray.models.session import cuda_device_count
+    from fusion_ray.versions import dependency_versions, onnxruntime_providers
+
+    versions = dependency_versions()
 
     return {
         "hostname": platform.node(),
@@ -98,12 +92,12 @@ def machine_info() -> dict[str, Any]:
         "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "gpus": gpus(),
         "cuda_devices": cuda_device_count(),
-        "onnxruntime": ort.__version__,
-        "onnxruntime_providers_available": list(ort.get_available_providers()),
-        "ray": _version("ray"),
-        "numpy": _version("numpy"),
-        "opencv": _version("opencv-python-headless") or _version("opencv-python"),
-        "av": _version("av"),
+        "onnxruntime": versions["onnxruntime"],
+        "onnxruntime_providers_available": onnxruntime_providers(),
+        "ray": versions["ray"],
+        "numpy": versions["numpy"],
+        "opencv": versions["opencv"],
+        "av": versions["av"],
         "fusion_ray": __version__,
         "load_average_at_start": load_average(),
         "code": code_version(),

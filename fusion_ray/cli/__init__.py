@@ -18,11 +18,24 @@ from fusion_ray.errors import FusionRayError, describe_error
 INTERNAL_ERROR_EXIT = 70
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: fusion-ray's version and its key libraries' (Ray, ONNX Runtime and its providers, ...)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)  # type: ignore[arg-type]
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from fusion_ray.versions import version_text
+
+        print(version_text(__version__))
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     from fusion_ray.cli import models, swap
 
     parser = argparse.ArgumentParser(prog="fusion-ray", description="Face swapping as a batched Ray pipeline.")
-    parser.add_argument("--version", action="version", version=f"fusion-ray {__version__}")
+    parser.add_argument("--version", action=_VersionAction, help="show the versions of fusion-ray and its key libraries")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug, tracebacks)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (swap, models, *_optional_commands()):
