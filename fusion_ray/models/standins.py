@@ -101,16 +101,14 @@ OPSET = 17
 IR_VERSION = 8  # readable by onnxruntime >= 1.10
 BUILDER_VERSION = "1"
 META_PREFIX = "fusion_ray."
-
 _NAME_SALT = {"arcface_w600k_r50": 1, "inswapper_128": 2, "gfpgan_1.4": 3}
-
 
 # --------------------------------------------------------------------------------------------
 # The model around a graph
 # --------------------------------------------------------------------------------------------
 
 
-def _finish(name: str, variant: str, seed: int, graph: Graph,
+def finish_standin(name: str, variant: str, seed: int, graph: Graph,
             inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto],
             extra_initializers: Sequence[onnx.TensorProto] = ()) -> onnx.ModelProto:
     description = (f"fusion_ray STAND-IN for {name} ({variant} variant): NOT a real model. "
@@ -123,14 +121,16 @@ def _finish(name: str, variant: str, seed: int, graph: Graph,
                               producer_name="fusion_ray.standins", producer_version=BUILDER_VERSION,
                               doc_string=description)
     model.ir_version = IR_VERSION
-    helper.set_model_props(model, {
+    props = {
         f"{META_PREFIX}stand_in": "true",
         f"{META_PREFIX}stand_in_of": name,
         f"{META_PREFIX}variant": variant,
         f"{META_PREFIX}seed": str(seed),
         f"{META_PREFIX}builder_version": BUILDER_VERSION,
-        f"{META_PREFIX}real_model_gflops": f"{REAL_MODEL_GFLOPS[name]:g}",
-    })
+    }
+    if name in REAL_MODEL_GFLOPS:
+        props[f"{META_PREFIX}real_model_gflops"] = f"{REAL_MODEL_GFLOPS[name]:g}"
+    helper.set_model_props(model, props)
     onnx.checker.check_model(model)
     return model
 
@@ -354,12 +354,17 @@ _BUILDERS = {
 def make_standin(name: str, *, variant: str = "light", seed: int = 0) -> onnx.ModelProto:
     """The stand-in for ``name`` as an in-memory ``ModelProto`` (deterministic for a seed)."""
     if name not in _BUILDERS:
-        raise ModelError(f"no stand-in for model {name!r}; expected one of {', '.join(STANDIN_NAMES)}")
+        from fusion_ray.models.standins_quality import QUALITY_STANDIN_NAMES, make_quality_standin
+
+        if name in QUALITY_STANDIN_NAMES:
+            return make_quality_standin(name, variant=variant, seed=seed)
+        raise ModelError(f"no stand-in for model {name!r}; expected one of "
+                         f"{', '.join((*STANDIN_NAMES, *QUALITY_STANDIN_NAMES))}")
     if variant not in VARIANTS:
         raise ModelError(f"unknown stand-in variant {variant!r}; expected one of {', '.join(VARIANTS)}")
     rng = np.random.default_rng([int(seed), _NAME_SALT[name]])
     graph, inputs, outputs, extra = _BUILDERS[name](variant, rng)
-    return _finish(name, variant, seed, graph, inputs, outputs, extra)
+    return finish_standin(name, variant, seed, graph, inputs, outputs, extra)
 
 
 def build_standin(name: str, path: Path, *, variant: str = "light", seed: int = 0) -> Path:
