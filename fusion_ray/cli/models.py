@@ -41,6 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = msub.add_parser("make-standins", help="generate labelled STAND-IN models (not real weights) for tests")
     p.add_argument("directory", type=Path)
     p.add_argument("--variant", choices=["light", "cost_faithful"], default="light")
+    p.add_argument("--quality", action="store_true",
+                   help="also issue 18's models (landmarker, occluders, parsers, swappers, enhancers; light only)")
     p.set_defaults(run=run_make_standins)
 
 
@@ -138,8 +140,13 @@ def run_make_standins(args: argparse.Namespace) -> int:
     from fusion_ray.models.standins import build_all_standins
 
     args.directory.mkdir(parents=True, exist_ok=True)
-    paths = build_all_standins(args.directory, variant=args.variant)
-    for name, path in paths.items():
+    written = {name: (path, args.variant) for name, path in build_all_standins(args.directory,
+                                                                                variant=args.variant).items()}
+    if args.quality:
+        from fusion_ray.models.standins_quality import build_quality_standins
+
+        written.update({name: (path, "light") for name, path in build_quality_standins(args.directory).items()})
+    for name, (path, variant) in written.items():
         write_hash_record(path, "generated")
-        print(f"{name}: STAND-IN ({args.variant}) written to {path}: not the real model")
+        print(f"{name}: STAND-IN ({variant}) written to {path}: not the real model")
     return 0

@@ -21,6 +21,7 @@ from types import MappingProxyType
 
 from fusion_ray.errors import ModelError
 from fusion_ray.models.registry_quality import QUALITY_SPECS
+from fusion_ray.models.registry_swappers import ENHANCER_SPECS, SWAPPER_SPECS
 from fusion_ray.models.spec import TEMPLATE_NAMES as TEMPLATE_NAMES
 from fusion_ray.models.spec import ColorOrder as ColorOrder
 from fusion_ray.models.spec import ModelKind as ModelKind
@@ -94,6 +95,7 @@ _SPECS: tuple[ModelSpec, ...] = (
         licence=INSIGHTFACE_LICENCE + " (inswapper licensing: contact@insightface.ai)",
         licence_url=INSIGHTFACE_LICENCE_URL,
         approx_size_mb=554.0,
+        source_form="inswapper_latent",
         description=(
             "insightface inswapper, fp32; inputs 'target' 1x3x128x128 and 'source' 1x512 "
             "latent (normed embedding @ emap, the graph's last 512x512 initializer, then "
@@ -114,6 +116,7 @@ _SPECS: tuple[ModelSpec, ...] = (
         licence=INSIGHTFACE_LICENCE + " (inswapper licensing: contact@insightface.ai)",
         licence_url=INSIGHTFACE_LICENCE_URL,
         approx_size_mb=277.0,
+        source_form="inswapper_latent",
         description="inswapper_128 with fp16 weights: half the size, same inputs and outputs.",
     ),
     ModelSpec(
@@ -130,6 +133,7 @@ _SPECS: tuple[ModelSpec, ...] = (
         licence=GFPGAN_LICENCE,
         licence_url=GFPGAN_LICENCE_URL,
         approx_size_mb=340.0,
+        output_range=(-1.0, 1.0),
         description=(
             "GFPGAN v1.4 face restoration (TencentARC); 'input' 1x3x512x512, 'output' same in "
             "[-1, 1] (clip, then back to pixels); blend with the original crop."
@@ -137,7 +141,8 @@ _SPECS: tuple[ModelSpec, ...] = (
     ),
 )
 
-_BY_NAME: Mapping[str, ModelSpec] = MappingProxyType({spec.name: spec for spec in (*_SPECS, *QUALITY_SPECS)})
+_OPTIONAL: tuple[ModelSpec, ...] = (*QUALITY_SPECS, *SWAPPER_SPECS, *ENHANCER_SPECS)
+_BY_NAME: Mapping[str, ModelSpec] = MappingProxyType({spec.name: spec for spec in (*_SPECS, *_OPTIONAL)})
 
 
 def all_specs() -> tuple[ModelSpec, ...]:
@@ -151,8 +156,9 @@ def model_names() -> tuple[str, ...]:
 
 
 def optional_specs() -> tuple[ModelSpec, ...]:
-    """The models outside the standard set (issue 18's landmarkers, occluders, parsers, ...)."""
-    return QUALITY_SPECS
+    """The models outside the standard set: issue 18's landmarkers, occluders, parsers, swappers,
+    embedding converters and enhancers."""
+    return _OPTIONAL
 
 
 def get_spec(name: str) -> ModelSpec:

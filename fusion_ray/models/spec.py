@@ -11,12 +11,12 @@ from typing import Literal
 
 ModelKind = Literal["detector", "embedder", "swapper", "enhancer", "landmarker", "occluder", "parser",
                     "converter"]
-TemplateName = Literal["arcface_112_v2", "arcface_128", "ffhq_512"]
+TemplateName = Literal["arcface_112_v1", "arcface_112_v2", "arcface_128", "ffhq_512", "mtcnn_512"]
 ColorOrder = Literal["RGB", "BGR"]
 Layout = Literal["NCHW", "NHWC"]
 SourceForm = Literal["inswapper_latent", "embedding", "converted_embedding", "crop"]
 
-TEMPLATE_NAMES: tuple[str, ...] = ("arcface_112_v2", "arcface_128", "ffhq_512")
+TEMPLATE_NAMES: tuple[str, ...] = ("arcface_112_v1", "arcface_112_v2", "arcface_128", "ffhq_512", "mtcnn_512")
 """Alignment template names a spec may refer to (coordinates live in ``ops``)."""
 
 CRC32_HASH_SOURCE = "crc32: the <stem>.hash file published beside the model"
@@ -47,6 +47,7 @@ class ModelSpec:
     licence: str
     licence_url: str
     approx_size_mb: float
+    """Approximate file size; 0 when not known here (issue 18's rows whose files were not seen)."""
     description: str
     layout: Layout = "NCHW"
     """Image input layout (FaceFusion's xseg occluders take NHWC)."""
@@ -56,6 +57,11 @@ class ModelSpec:
     """Swappers: how the source face goes in (latent, embedding, converted embedding, image crop)."""
     converter: str | None = None
     """Swappers whose source is a converted ArcFace embedding: the converter model's name."""
+    source_template: TemplateName | None = None
+    """Swappers given the source as an image crop: that crop's template (``source_size`` pixels)."""
+    source_size: int = 0
+    output_range: tuple[float, float] = (0.0, 1.0)
+    """Swappers and enhancers: the output's value range, mapped to pixels [0, 255] in ``color_order``."""
     weight_input: bool = False
     """Enhancers with an optional ``weight`` input (float64, shape (1,))."""
     default_set: bool = True

@@ -1,4 +1,5 @@
-"""Stand-ins for issue 18's ONNX models: 2dfan4, xseg_1/2/3, bisenet_resnet_18/34.
+"""Stand-ins for issue 18's ONNX models: 2dfan4, xseg_1/2/3, bisenet_resnet_18/34 here, and the
+swappers, embedding converters and enhancers from their registry rows (:mod:`standins_models`).
 
 Like :mod:`fusion_ray.models.standins`: small deterministic graphs with the real models' input
 and output names, shapes, layouts and value ranges, labelled ``fusion_ray.stand_in = "true"``.
@@ -20,15 +21,21 @@ They are NOT real models: they locate, segment and parse nothing. Light variant 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import cv2
 import numpy as np
 import onnx
 
 from fusion_ray.errors import ModelError
+from fusion_ray.fsutil import atomic_write_bytes
 from fusion_ray.models.onnx_graph import Graph, float_value_info
+from fusion_ray.models.registry_swappers import ENHANCER_SPECS, SWAPPER_SPECS
+from fusion_ray.models.standins_models import build_from_spec
 
-QUALITY_STANDIN_NAMES: tuple[str, ...] = ("2dfan4", "xseg_1", "xseg_2", "xseg_3",
-                                          "bisenet_resnet_18", "bisenet_resnet_34")
+_FIXED_GRAPHS: tuple[str, ...] = ("2dfan4", "xseg_1", "xseg_2", "xseg_3", "bisenet_resnet_18", "bisenet_resnet_34")
+QUALITY_STANDIN_NAMES: tuple[str, ...] = (
+    *_FIXED_GRAPHS, *(s.name for s in (*SWAPPER_SPECS, *ENHANCER_SPECS)))
 
 _EYE = (0.08, 0.03)
 _MOUTH_OUTER = (0.18, 0.07)
@@ -134,8 +141,18 @@ def _build_bisenet() -> tuple[Graph, list, list]:
     return g, inputs, outputs
 
 
+def build_quality_standins(directory: Path, *, seed: int = 0) -> dict[str, Path]:
+    """Write ``<name>.onnx`` for every name in :data:`QUALITY_STANDIN_NAMES` into ``directory`` (light)."""
+    written = {}
+    for name in QUALITY_STANDIN_NAMES:
+        path = Path(directory) / f"{name}.onnx"
+        atomic_write_bytes(path, make_quality_standin(name, seed=seed).SerializeToString())
+        written[name] = path
+    return written
+
+
 def make_quality_standin(name: str, *, variant: str = "light", seed: int = 0) -> onnx.ModelProto:
-    """The stand-in for one of :data:`QUALITY_STANDIN_NAMES` (light only; seed unused: fixed graphs)."""
+    """The stand-in for one of :data:`QUALITY_STANDIN_NAMES` (light only)."""
     from fusion_ray.models.standins import finish_standin
 
     if variant != "light":
@@ -146,6 +163,8 @@ def make_quality_standin(name: str, *, variant: str = "light", seed: int = 0) ->
         graph, inputs, outputs = _build_xseg()
     elif name.startswith("bisenet_") and name in QUALITY_STANDIN_NAMES:
         graph, inputs, outputs = _build_bisenet()
+    elif name in QUALITY_STANDIN_NAMES:
+        graph, inputs, outputs = build_from_spec(name, seed)
     else:
         raise ModelError(f"no stand-in for model {name!r}; expected one of {', '.join(QUALITY_STANDIN_NAMES)}")
     return finish_standin(name, variant, seed, graph, inputs, outputs)

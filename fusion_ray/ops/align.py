@@ -10,6 +10,9 @@ from fusion_ray.types import AffineMatrix, Crop, Frame, Landmarks5
 
 # 5-point templates normalised to the crop size (left eye, right eye, nose, mouth left, mouth right).
 TEMPLATES: dict[str, npt.NDArray[np.float64]] = {
+    "arcface_112_v1": np.array(
+        [[0.35473214, 0.45658929], [0.64526786, 0.45658929], [0.50000000, 0.61154464],
+         [0.37913393, 0.77687500], [0.62086607, 0.77687500]], dtype=np.float64),
     "arcface_112_v2": np.array(
         [[0.34191607, 0.46157411], [0.65653393, 0.45983393], [0.50022500, 0.64050536],
          [0.37097589, 0.82469196], [0.63151696, 0.82325089]], dtype=np.float64),
@@ -19,6 +22,9 @@ TEMPLATES: dict[str, npt.NDArray[np.float64]] = {
     "ffhq_512": np.array(
         [[0.37691676, 0.46864664], [0.62285697, 0.46912813], [0.50123859, 0.61331904],
          [0.39308822, 0.72541100], [0.61150205, 0.72490465]], dtype=np.float64),
+    "mtcnn_512": np.array(
+        [[0.36562865, 0.46733799], [0.63305391, 0.46585885], [0.50019127, 0.61942959],
+         [0.39032951, 0.77598822], [0.61178945, 0.77476328]], dtype=np.float64),
 }
 
 

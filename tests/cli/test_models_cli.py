@@ -49,3 +49,14 @@ def test_make_dynamic_command(tmp_path, capsys):
 def test_unknown_model_is_a_clear_error(argv, capsys, tmp_path):
     assert main(["models", "--models-dir", str(tmp_path), *argv[1:]]) == 4
     assert "nope" in capsys.readouterr().err
+
+
+def test_make_standins_quality_writes_issue_18s_models_labelled(tmp_path, capsys):
+    from fusion_ray.models.standins import read_stand_in_label
+    from fusion_ray.models.standins_quality import QUALITY_STANDIN_NAMES
+
+    assert main(["models", "make-standins", str(tmp_path), "--quality"]) == 0
+    out = capsys.readouterr().out
+    for name in ("arcface_w600k_r50", *QUALITY_STANDIN_NAMES):
+        assert read_stand_in_label(tmp_path / f"{name}.onnx")["stand_in_of"] == name
+    assert "xseg_1: STAND-IN (light)" in out and "hyperswap_1a_256: STAND-IN (light)" in out
