@@ -91,7 +91,8 @@ QUALITY_SPECS: tuple[ModelSpec, ...] = (
             "package ships it, run by the dlib-bin wheel: RGB frame and detector box in, 68 iBUG points "
             "out; no confidence (scored by agreement with the detector's 5 points)."
         ),
-        hash_source="none published: installed by pip (face-recognition-models 0.3.0, 99,693,937 bytes)",
+        hash_source=("none published: installed with pip install 'fusion-ray[landmarks]' "
+                     "(face-recognition-models 0.3.0, 99,693,937 bytes)"),
         default_set=False,
     ),
     facefusion_row(

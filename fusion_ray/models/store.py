@@ -36,7 +36,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from fusion_ray.errors import ModelError, ModelIntegrityError, ModelMissingError
+from fusion_ray.errors import DownloadError, ModelError, ModelIntegrityError, ModelMissingError
 from fusion_ray.models.download import DEFAULT_TIMEOUT_S, Downloader, ProgressCallback
 from fusion_ray.models.hashes import (
     CHUNK_SIZE,
@@ -236,6 +236,8 @@ class ModelStore:
         a CRC32 mismatch deletes the ``.part`` and raises :class:`ModelIntegrityError`.
         """
         spec = get_spec(name)
+        if not spec.hash_url:
+            raise DownloadError(f"{spec.name} is not downloaded by fusion-ray: {spec.hash_source}")
         dest = self.path_for(name)
         present = None if force or not dest.is_file() else self._present(spec, dest)
         if present is not None and present.status != "unverified":
@@ -337,10 +339,11 @@ class ModelStore:
             else "expected hash: recorded on download"
         )
         origin = " (set by an override)" if spec.name in self.overrides else ""
+        size = f"about {spec.approx_size_mb:.0f} MB " if spec.approx_size_mb > 0 else ""
         return ModelMissingError(
             f"model {spec.name!r} not found at {path}{origin} ({expected}). "
-            f"Fix: run `fusion-ray models download {spec.name}` (about {spec.approx_size_mb:.0f} MB "
-            f"from {spec.url}; licence: {spec.licence}), or place the file at {path}."
+            f"Fix: run `fusion-ray models download {spec.name}` ({size}from {spec.url}; licence: "
+            f"{spec.licence}), or place the file at {path}."
         )
 
     def _try_write_record(self, path: Path, source: RecordSource, sha256: str) -> None:

@@ -119,3 +119,17 @@ def test_enhancer_rows(name: str, template: str, size: int, weight: bool) -> Non
     assert spec.mean == (127.5,) * 3 and spec.std == (127.5,) * 3 and spec.output_range == (-1.0, 1.0)
     assert "/models-3.0.0/" in spec.url
     assert ("non-commercial" in spec.licence) == name.startswith(("codeformer", "gpen"))
+
+
+def test_a_missing_quality_model_is_a_one_line_error_naming_the_file_and_the_download(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from fusion_ray.errors import DownloadError, ModelMissingError
+    from fusion_ray.models.store import ModelStore
+
+    store = ModelStore(tmp_path)
+    with pytest.raises(ModelMissingError) as info:
+        store.locate("xseg_2")
+    message = str(info.value)
+    assert "\n" not in message and str(tmp_path / "xseg_2.onnx") in message
+    assert "fusion-ray models download xseg_2" in message and "about 0 MB" not in message
+    with pytest.raises(DownloadError, match=r"pip install 'fusion-ray\[landmarks\]'"):
+        store.download("dlib_68")
