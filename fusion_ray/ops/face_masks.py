@@ -135,3 +135,37 @@ def combine_masks(masks: Sequence[npt.ArrayLike]) -> Mask:
     if len(shapes) != 1 or len(arrays[0].shape) != 2:
         raise ValueError(f"combine_masks: expected 2-D masks of one shape, got {sorted(shapes)}")
     return np.clip(np.minimum.reduce(arrays), 0.0, 1.0).astype(np.float32)
+
+
+def points_in_crops(points_68: npt.ArrayLike, affine_matrices: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """(N, 68, 2) frame points -> crop pixels through each face's (N, 2, 3) frame -> crop matrix."""
+    points = np.asarray(points_68, dtype=np.float64)
+    matrices = np.asarray(affine_matrices, dtype=np.float64)
+    if points.ndim != 3 or points.shape[1:] != (68, 2) or matrices.shape != (len(points), 2, 3):
+        raise ValueError(f"expected (N, 68, 2) points and (N, 2, 3) matrices, got {points.shape} and {matrices.shape}")
+    return np.einsum("nij,nkj->nki", matrices[:, :, :2], points) + matrices[:, None, :, 2]
+
+
+def area_masks(crop_size: int, points_68: npt.ArrayLike, areas: Iterable[str]) -> npt.NDArray[np.float32]:
+    """:func:`area_mask` for every face: (N, 68, 2) crop points -> (N, S, S)."""
+    chosen = list(areas)
+    points = np.asarray(points_68, dtype=np.float64).reshape(-1, 68, 2)
+    return np.stack([area_mask(crop_size, p, chosen) for p in points]) if len(points) else \
+        np.zeros((0, crop_size, crop_size), np.float32)
+
+
+def mouth_paste_masks(crop_size: int, points_68: npt.ArrayLike) -> npt.NDArray[np.float32]:
+    """Deep-Live-Cam's mouth mask for every face, as paste masks (0 on the mouth): (N, S, S)."""
+    points = np.asarray(points_68, dtype=np.float64).reshape(-1, 68, 2)
+    return np.stack([without(mouth_keep_mask(crop_size, p)) for p in points]) if len(points) else \
+        np.zeros((0, crop_size, crop_size), np.float32)
+
+
+def combine_face_masks(mask_sets: Sequence[npt.ArrayLike]) -> npt.NDArray[np.float32]:
+    """Element-wise minimum across mask kinds, per face: each set (N, S, S) -> (N, S, S)."""
+    if not mask_sets:
+        raise ValueError("combine_face_masks: expected at least one set of masks")
+    arrays = [np.asarray(m, dtype=np.float32) for m in mask_sets]
+    if len({a.shape for a in arrays}) != 1 or arrays[0].ndim != 3:
+        raise ValueError(f"combine_face_masks: expected (N, S, S) sets of one shape, got {[a.shape for a in arrays]}")
+    return np.clip(np.minimum.reduce(arrays), 0.0, 1.0).astype(np.float32)

@@ -9,13 +9,18 @@ import numpy as np
 import pytest
 
 from fusion_ray.models.standins_quality import synthetic_face_68
+from fusion_ray.ops.align import transform_points
 from fusion_ray.ops.face_masks import (
     AREA_POINTS,
     area_mask,
+    area_masks,
     box_mask_percent,
+    combine_face_masks,
     combine_masks,
     feather,
     mouth_keep_mask,
+    mouth_paste_masks,
+    points_in_crops,
     without,
 )
 
@@ -134,3 +139,20 @@ def test_combine_is_the_element_wise_minimum() -> None:
         combine_masks([a, np.ones((3, 3))])
     with pytest.raises(ValueError, match="at least one"):
         combine_masks([])
+
+
+def test_batched_helpers_match_the_per_face_functions() -> None:
+    matrices = np.array([[[1.0, 0.0, -10.0], [0.0, 1.0, 5.0]], [[0.5, -0.1, 3.0], [0.1, 0.5, -2.0]]])
+    frame_points = np.stack([FACE + 10.0, FACE * 1.5])
+    in_crops = points_in_crops(frame_points, matrices)
+    for i in range(2):
+        np.testing.assert_allclose(in_crops[i], transform_points(frame_points[i], matrices[i]))
+    areas = area_masks(CROP, in_crops, ["mouth"])
+    mouths = mouth_paste_masks(CROP, in_crops)
+    assert areas.shape == mouths.shape == (2, CROP, CROP)
+    np.testing.assert_array_equal(areas[1], area_mask(CROP, in_crops[1], ["mouth"]))
+    np.testing.assert_array_equal(mouths[0], without(mouth_keep_mask(CROP, in_crops[0])))
+    np.testing.assert_array_equal(combine_face_masks([areas, mouths]), np.minimum(areas, mouths))
+    assert area_masks(CROP, np.zeros((0, 68, 2)), ["mouth"]).shape == (0, CROP, CROP)
+    with pytest.raises(ValueError, match="matrices"):
+        points_in_crops(frame_points, matrices[:1])
