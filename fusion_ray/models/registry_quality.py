@@ -43,7 +43,7 @@ def facefusion_row(name: str, release: str, kind: ModelKind, size: int, mean: fl
                    licence: tuple[str, str], mb: float, description: str, *, color_order: ColorOrder = "RGB",
                    layout: Layout = "NCHW", template: TemplateName | None = None,
                    source_form: SourceForm | None = None, converter: str | None = None,
-                   source_template: TemplateName | None = None, source_size: int = 0,
+                   normalise_embeddings: bool = True, source_template: TemplateName | None = None, source_size: int = 0,
                    output_range: tuple[float, float] = (0.0, 1.0), weight_input: bool = False) -> ModelSpec:
     """A row for ``<name>.onnx`` from facefusion-assets release ``release`` (e.g. ``models-3.1.0``)."""
     return ModelSpec(name=name, file_name=f"{name}.onnx", url=f"{ASSETS}/{release}/{name}.onnx",
@@ -51,7 +51,8 @@ def facefusion_row(name: str, release: str, kind: ModelKind, size: int, mean: fl
                      mean=mean if isinstance(mean, tuple) else (mean,) * 3,
                      std=std if isinstance(std, tuple) else (std,) * 3, color_order=color_order,
                      licence=licence[0], licence_url=licence[1], approx_size_mb=mb, description=description,
-                     layout=layout, source_form=source_form, converter=converter, source_template=source_template,
+                     layout=layout, source_form=source_form, converter=converter,
+                     normalise_embeddings=normalise_embeddings, source_template=source_template,
                      source_size=source_size, output_range=output_range, weight_input=weight_input,
                      default_set=False)
 

@@ -39,7 +39,7 @@ UNIT = (0.0, 255.0)  # mean 0, std 1 in FaceFusion's [0, 1] units
 def _swapper(name: str, release: str, family: str, template: TemplateName, size: int,
              mean: float | tuple[float, float, float], std: float | tuple[float, float, float],
              source_form: SourceForm, *, converter: str | None = None, source_template: TemplateName | None = None,
-             source_size: int = 0, denormalised: bool = False) -> ModelSpec:
+             source_size: int = 0, denormalised: bool = False, normalised: bool = True) -> ModelSpec:
     source = {"embedding": "the source's L2-normalised ArcFace embedding (N, 512)",
               "converted_embedding": f"the ArcFace embedding through {converter} (N, 512)",
               "crop": f"the source face as an RGB / 255 crop ({source_template}, {source_size} px)",
@@ -49,13 +49,14 @@ def _swapper(name: str, release: str, family: str, template: TemplateName, size:
         name, release, "swapper", size, mean, std, LICENCES[family], 0.0,
         f"{family} swapper: 'target' (N, 3, {size}, {size}) {template} crop, RGB, normalised; 'source' = {source}; "
         f"output RGB in {output}.",
-        template=template, source_form=source_form, converter=converter, source_template=source_template,
+        template=template, source_form=source_form, converter=converter, normalise_embeddings=normalised,
+        source_template=source_template,
         source_size=source_size, output_range=(-1.0, 1.0) if denormalised else (0.0, 1.0))
 
 
 def _ghost(name: str) -> ModelSpec:
     return _swapper(name, "models-3.0.0", "ghost", "arcface_112_v1", 256, HALF, HALF, "converted_embedding",
-                    converter="crossface_ghost", denormalised=True)
+                    converter="crossface_ghost", denormalised=True, normalised=False)
 
 
 def _hyperswap(name: str) -> ModelSpec:

@@ -57,6 +57,9 @@ class ModelSpec:
     """Swappers: how the source face goes in (latent, embedding, converted embedding, image crop)."""
     converter: str | None = None
     """Swappers whose source is a converted ArcFace embedding: the converter model's name."""
+    normalise_embeddings: bool = True
+    """Swappers fed an embedding: L2-normalise it (after the converter) and, for the weight balance,
+    the target's; FaceFusion does so for all but ghost."""
     source_template: TemplateName | None = None
     """Swappers given the source as an image crop: that crop's template (``source_size`` pixels)."""
     source_size: int = 0
