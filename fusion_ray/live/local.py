@@ -16,10 +16,24 @@ from fusion_ray.core.redetect import redetect
 from fusion_ray.core.sources import SourceStore
 from fusion_ray.engine import Engine
 from fusion_ray.live.backend import FramePlan, Processed, StreamRefused, token_matches
+from fusion_ray.live.config import LiveConfig
 from fusion_ray.live.follow import StreamFollower
+from fusion_ray.live.hub import LiveHub
 from fusion_ray.live.protocol import CLOSE_POLICY, CLOSE_UNSUPPORTED, StartMessage
 from fusion_ray.models.detector import DetectorCanvases, ScrfdDetector
 from fusion_ray.types import Frame, SourceIdentity, check_frame
+
+BMP_HEADER_BYTES = 1024
+
+
+def local_hub(backend: EngineBackend, *, slots: int = 2, stream_inflight: int = 1, streams: int = 1) -> LiveHub:
+    """The hub of streams that never leave this process (``fusion-ray live`` without a server):
+    frames may come as BMP (lossless, no encoding cost), so a frame may be as many bytes as a
+    1920x1080 BMP; the memory bound of :class:`LiveConfig` holds with that size."""
+    pixels = LiveConfig().max_frame_pixels
+    cfg = LiveConfig(max_streams=streams, slots=slots, stream_inflight=stream_inflight,
+                     max_frame_bytes=3 * pixels + BMP_HEADER_BYTES, max_frame_pixels=pixels)
+    return LiveHub(cfg, backend)
 
 
 class EngineBackend:
