@@ -57,3 +57,17 @@ def test_a_follower_follows_the_faces_between_detections(engine, photos):
                                   follower=follower)])[0]
     assert second.error == "" and second.faces_swapped == 1 and follower.crops  # re-detected on a crop
     assert np.abs(second.landmarks - first.landmarks).max() < 3.0
+
+
+def test_a_job_and_its_follower_cross_a_process_boundary(engine, photos):
+    """The fused Serve placement pickles each job (with a live stream's follower) to its replica and
+    the updated follower back: the copy follows the faces as the original would."""
+    from ray import cloudpickle
+
+    frames = FrameChain(engine.cfg, engine.models)
+    obama = engine.prepare_source([photos["obama"]])
+    job = FrameJob(photos["biden"], "o", obama, chain.Selection("all"), seq=0,
+                   follower=StreamFollower(engine.cfg.tracking))
+    done = cloudpickle.loads(cloudpickle.dumps(frames.run([cloudpickle.loads(cloudpickle.dumps(job))])[0]))
+    assert isinstance(done.follower, StreamFollower) and done.follower is not job.follower
+    assert done.follower.predictions(1, True) and not job.follower.predictions(1, True)
