@@ -53,6 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                            "in-process host with the engine options), with a Deep-Live-Cam-style baseline on the "
                            "same clip and models; report latency percentiles, fps per stream, drops and levels.")
     bench.add_argument("--url", help="ws://HOST:PORT/v1/stream (default: start the in-process host)")
+    bench.add_argument("--direct", action="store_true",
+                       help="without --url: run the streams in this process with no socket, as `fusion-ray live` "
+                       "without --url does (BMP frames in), instead of the in-process host's WebSocket")
     bench.add_argument("--source", type=Path, required=True, help="source face photo")
     bench.add_argument("--clip-face", type=Path, help="face photo the clip is made of (default: --source)")
     bench.add_argument("--streams", default="1,2,4,8", help="comma-separated stream counts (default 1,2,4,8)")
@@ -221,7 +224,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from fusion_ray.imageio import read_image
     from fusion_ray.live.config import LiveConfig
     from fusion_ray.live.hub import LiveHub
-    from fusion_ray.live.local import EngineBackend
+    from fusion_ray.live.local import EngineBackend, local_hub
     from fusion_ray.live.localhost import LocalServer
     from fusion_ray.live.protocol import StartMessage
 
@@ -240,15 +243,20 @@ def run_bench(args: argparse.Namespace) -> int:
         baseline = processor.process_sync
     server = None
     url = args.url
-    if url is None:
+    hub = None
+    if url is None and args.direct:
+        hub = local_hub(backend, slots=args.slots, stream_inflight=args.stream_inflight, streams=max(counts + [1]))
+        print(f"in this process, no socket ({engine.cfg.swap.swapper} swapper)")
+    elif url is None:
         cfg = LiveConfig(slots=args.slots, stream_inflight=args.stream_inflight, max_streams=max(counts + [8]))
         server = LocalServer(LiveHub(cfg, backend), backend).start()
         url = server.ws_url
         print(f"in-process host at {server.http_url} ({engine.cfg.swap.swapper} swapper)")
     try:
-        start = _start(args, _source_id(args, url))
-        result = run_live_bench(url, start, frames, stream_counts=counts, seconds=args.seconds, fps=args.fps,
-                                deadline_ms=args.deadline_ms, baseline=baseline,
+        source_id = backend.add_source(read_image(args.source).frame) if hub is not None else _source_id(args, url or "")
+        start = _start(args, source_id)
+        result = run_live_bench(url or "", start, frames, stream_counts=counts, seconds=args.seconds, fps=args.fps,
+                                deadline_ms=args.deadline_ms, baseline=baseline, hub=hub,
                                 progress=lambda what: print(f"running: {what}", flush=True))
     finally:
         if server is not None:
