@@ -38,6 +38,11 @@ from fusion_ray.serve.settings import ServeSettings
 
 log = logging.getLogger(__name__)
 
+BATCHES_IN_FLIGHT = 2
+"""Frame batches a fused replica runs at once, each in its own thread (sessions at one thread by
+default, ``deployments.fused.cpu_budget: 1``): detection runs frame by frame on the CPU, so a
+second batch detects while the first swaps and pastes, instead of one of two cores idling."""
+
 
 @serve.deployment(name="Fused")
 class FusedDeployment:
@@ -66,7 +71,7 @@ class FusedDeployment:
         _set_wait(self._process_batched, self.frames_wait.arrival(time.monotonic()))  # type: ignore[misc]
         return await self._process_batched(job)  # type: ignore[misc,arg-type,no-any-return]
 
-    @serve.batch  # type: ignore[arg-type]
+    @serve.batch(max_concurrent_batches=BATCHES_IN_FLIGHT)  # type: ignore[arg-type]
     async def _process_batched(self, jobs: list[FrameJob]) -> list[dict[str, Any]]:  # type: ignore[misc]
         return await asyncio.to_thread(self._process_batch, jobs)
 

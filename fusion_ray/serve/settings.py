@@ -77,7 +77,7 @@ class DeploymentsSettings(_Settings):
     detector: DeploymentSettings = DeploymentSettings(num_cpus=0.5, max_ongoing_requests=4)
     swapper: DeploymentSettings = DeploymentSettings(num_cpus=0.25)
     enhancer: DeploymentSettings = DeploymentSettings(num_cpus=0.25)
-    fused: DeploymentSettings = DeploymentSettings(num_cpus=0.5, cpu_budget=2.0)
+    fused: DeploymentSettings = DeploymentSettings(num_cpus=0.5, cpu_budget=1.0)
     state: DeploymentSettings = DeploymentSettings(num_cpus=0.05, max_ongoing_requests=256,
                                                    max_queued_requests=-1)
     enhancer_enabled: bool = Field(
