@@ -35,13 +35,15 @@ SERVE_YAML = REPO_ROOT / "configs" / "serve.yaml"
 GPU = "nvidia.com/gpu"
 
 # The only lines where the RayService's serveConfigV2 differs from configs/serve.yaml (the comment
-# above serveConfigV2 says why): the proxies listen on the pod IP, the GPU deployments ask for GPUs.
+# above serveConfigV2 says why): the proxies listen on the pod IP, the GPU deployments ask for GPUs,
+# the placement is split (per-model GPU pools that autoscale from zero).
 K8S_CHANGES = (
     ("  host: 127.0.0.1\n", "  host: 0.0.0.0\n"),
     ("swapper:  {num_replicas: 1, num_cpus: 0.25, num_gpus: 0,",
      "swapper:  {num_replicas: 1, num_cpus: 0.25, num_gpus: 0.5,"),
     ("enhancer: {num_replicas: 1, num_cpus: 0.25, num_gpus: 0,",
      "enhancer: {num_replicas: 1, num_cpus: 0.25, num_gpus: 0.5,"),
+    ("      placement: auto\n", "      placement: split\n"),
 )
 # The standard AWS variables object storage is configured from (issue 12); AWS_DEFAULT_REGION
 # repeats AWS_REGION for SDKs that read only that name.
@@ -163,11 +165,13 @@ def test_serve_config_v2_is_configs_serve_yaml(rayservice):
     diff = "".join(difflib.unified_diff(expected.splitlines(True), embedded.splitlines(True),
                                         "configs/serve.yaml with K8S_CHANGES", "serveConfigV2"))
     assert embedded == expected, "k8s/rayservice.yaml is out of sync with configs/serve.yaml:\n" + diff
-    # The same document once parsed, but for the three values.
+    # The same document once parsed, but for the four values.
     config, original = yaml.safe_load(embedded), yaml.safe_load(text)
     assert config["http_options"]["host"] == "0.0.0.0"
     config["http_options"]["host"] = original["http_options"]["host"]
     for app in config["applications"]:
+        assert app["args"]["placement"] == "split"  # the GPU pools, whatever the cluster has at deploy time
+        app["args"]["placement"] = "auto"
         for name in ("swapper", "enhancer"):
             assert app["args"]["deployments"][name]["num_gpus"] == 0.5
             app["args"]["deployments"][name]["num_gpus"] = 0

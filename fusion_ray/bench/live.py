@@ -27,6 +27,8 @@ import numpy as np
 
 from fusion_ray.live.backend import FramePlan, Processed
 from fusion_ray.live.client import ClientReport, run_stream
+from fusion_ray.live.direct import run_direct
+from fusion_ray.live.hub import LiveHub
 from fusion_ray.live.sources import JpegClip, encode_frame
 from fusion_ray.live.stats import percentile
 from fusion_ray.video.decode import decode_all
@@ -121,9 +123,11 @@ def run_baseline(process: ProcessSync, frames: Sequence[np.ndarray], seconds: fl
 
 
 async def _streams(url: str, start: dict[str, Any], jpegs: list[bytes], n: int, seconds: float,
-                   fps: float) -> list[ClientReport]:
+                   fps: float, hub: LiveHub | None = None) -> list[ClientReport]:
     async def one(i: int) -> ClientReport:
         await asyncio.sleep(i * 0.5 / max(1, n) / fps)  # cameras are not frame-synchronised
+        if hub is not None:
+            return await run_direct(hub, start, JpegClip(jpegs, fps), seconds=seconds)
         return await run_stream(url, start, JpegClip(jpegs, fps), seconds=seconds)
 
     return list(await asyncio.gather(*(one(i) for i in range(n))))
@@ -151,11 +155,13 @@ def summarise_streams(n: int, reports: Sequence[ClientReport], deadline_ms: floa
 def run_live_bench(url: str, start: dict[str, Any], frames: Sequence[np.ndarray], *, stream_counts: Sequence[int],
                    seconds: float, fps: float = CLIP_FPS, deadline_ms: float = 300.0,
                    baseline: ProcessSync | None = None, quality: int = 80,
-                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """The whole benchmark: the baseline (if given), then each N in turn."""
-    jpegs = [encode_frame(f, quality) for f in frames]
-    result: dict[str, Any] = {"url": url, "clip": {"size": list(frames[0].shape[1::-1]), "fps": fps,
-                                                   "frames": len(frames), "jpeg_quality": quality},
+                   progress: Callable[[str], None] | None = None, hub: LiveHub | None = None) -> dict[str, Any]:
+    """The whole benchmark: the baseline (if given), then each N in turn. With ``hub`` the streams
+    run in this process with no socket (``fusion-ray live`` without a server: BMP frames in)."""
+    jpegs = [encode_frame(f, quality, "bmp" if hub is not None else "jpeg") for f in frames]
+    result: dict[str, Any] = {"url": url if hub is None else "in-process (no socket)",
+                              "clip": {"size": list(frames[0].shape[1::-1]), "fps": fps,
+                                       "frames": len(frames), "jpeg_quality": quality},
                               "seconds": seconds, "deadline_ms": deadline_ms, "runs": []}
     if baseline is not None:
         if progress:
@@ -164,7 +170,7 @@ def run_live_bench(url: str, start: dict[str, Any], frames: Sequence[np.ndarray]
     for n in stream_counts:
         if progress:
             progress(f"{n} stream(s)")
-        reports = asyncio.run(_streams(url, start, jpegs, n, seconds, fps))
+        reports = asyncio.run(_streams(url, start, jpegs, n, seconds, fps, hub))
         result["runs"].append(summarise_streams(n, reports, deadline_ms))
     return result
 

@@ -6,7 +6,9 @@ import argparse
 import asyncio
 import json
 import os
+import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +24,28 @@ TOKEN_ENV = "FUSION_RAY_API_TOKEN"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    live = sub.add_parser("live", help="stream a camera or a video to a live endpoint and show what comes back",
-                          description="Stream frames to ws://HOST:PORT/v1/stream at the source's real rate (a video "
-                          "file plays as a fake camera), write the returned frames, print latency, fps and drops.")
-    live.add_argument("--url", required=True, help="ws://HOST:PORT/v1/stream")
+    live = sub.add_parser("live", help="swap a camera or a video live, in this process or through a live endpoint",
+                          description="Without --url: run the stream policy in this process, no server (latest frame "
+                          "wins, per-frame deadline, degradation ladder, tracking at level 2) and show the result in "
+                          "a window or write it with --output. With --url: stream the frames to "
+                          "ws://HOST:PORT/v1/stream (fusion-ray serve) instead. A video file plays at its real rate "
+                          "as a fake camera. Prints fps, latency and drops.")
+    live.add_argument("--url", help="ws://HOST:PORT/v1/stream (default: run locally, with the engine options)")
     who = live.add_mutually_exclusive_group(required=True)
-    who.add_argument("--source", type=Path, help="source face photo (registered via POST /v1/sources first)")
-    who.add_argument("--source-id", help="a source already registered")
+    who.add_argument("--source", type=Path, help="source face photo (with --url: registered via POST /v1/sources)")
+    who.add_argument("--source-id", help="with --url: a source already registered")
     feed = live.add_mutually_exclusive_group(required=True)
     feed.add_argument("--camera", type=int, help="camera index (OpenCV)")
     feed.add_argument("--input", type=Path, help="video file played at its frame rate as a camera")
     live.add_argument("--fps", type=float, help="send rate (default: the video's rate; 30 for a camera)")
     live.add_argument("--output", type=Path, help="write the returned frames to this MP4")
+    live.add_argument("--show", action="store_true",
+                      help="show the frames in a window (the default without --output; needs a display and an "
+                      "OpenCV with GUI support)")
     live.add_argument("--seconds", type=float, help="stop after this long (default: the video's end; camera: 10)")
     _stream_options(live)
+    _local_options(live)
+    add_engine_arguments(live)
     live.set_defaults(run=run_live)
 
     bench = sub.add_parser("live-bench", help="N simulated live streams vs a Deep-Live-Cam-style loop",
@@ -43,15 +53,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                            "in-process host with the engine options), with a Deep-Live-Cam-style baseline on the "
                            "same clip and models; report latency percentiles, fps per stream, drops and levels.")
     bench.add_argument("--url", help="ws://HOST:PORT/v1/stream (default: start the in-process host)")
+    bench.add_argument("--direct", action="store_true",
+                       help="without --url: run the streams in this process with no socket, as `fusion-ray live` "
+                       "without --url does (BMP frames in), instead of the in-process host's WebSocket")
     bench.add_argument("--source", type=Path, required=True, help="source face photo")
     bench.add_argument("--clip-face", type=Path, help="face photo the clip is made of (default: --source)")
     bench.add_argument("--streams", default="1,2,4,8", help="comma-separated stream counts (default 1,2,4,8)")
     bench.add_argument("--seconds", type=float, default=10.0, help="seconds per run (default 10)")
     bench.add_argument("--fps", type=float, default=30.0, help="frames per second per stream (default 30)")
     bench.add_argument("--no-baseline", action="store_true", help="skip the Deep-Live-Cam-style loop")
-    bench.add_argument("--slots", type=int, default=2, help="in-process host: frames processed at once (default 2)")
-    bench.add_argument("--stream-inflight", type=int, default=1, help="in-process host: frames per stream at once")
-    bench.add_argument("--cpu-budget", type=float, default=2.0, help="CPU budget of the in-process models")
+    _local_options(bench)
     bench.add_argument("--json", type=Path, help="write the result as JSON")
     bench.add_argument("--markdown", type=Path, help="write the result as a Markdown table")
     _stream_options(bench)
@@ -69,9 +80,18 @@ def _stream_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--quality", type=int, default=85, help="JPEG quality of results (default 85)")
 
 
+def _local_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("in this process (no --url)")
+    group.add_argument("--slots", type=int, default=2, help="frames processed at once (default 2)")
+    group.add_argument("--stream-inflight", type=int, default=1, help="frames of one stream at once (default 1)")
+    group.add_argument("--cpu-budget", type=float, default=2.0, help="CPU budget of the models' threads (default 2)")
+
+
 def _start(args: argparse.Namespace, source_id: str) -> dict[str, Any]:
     start: dict[str, Any] = {"source_id": source_id, "select": args.stream_select, "face_index": args.stream_index,
                              "quality": args.quality, "deadline_ms": args.deadline_ms}
+    if getattr(args, "enhance", None) is not None:
+        start["enhance"] = True
     token = args.token or os.environ.get(TOKEN_ENV)
     if token:
         start["token"] = token
@@ -127,6 +147,8 @@ def _print_report(report: ClientReport) -> None:
 
 
 def run_live(args: argparse.Namespace) -> int:
+    if args.url is None:
+        return _run_here(args)
     source = CaptureSource(args.camera if args.camera is not None else args.input, fps=args.fps)
     seconds = args.seconds if args.seconds is not None else (10.0 if args.camera is not None else None)
     writer = _Writer(args.output, source.fps) if args.output else None
@@ -144,13 +166,65 @@ def run_live(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fan_out(sinks: list[Callable[[int, bytes], None]]) -> Callable[[int, bytes], None]:
+    def deliver(seq: int, image: bytes) -> None:
+        for sink in sinks:
+            sink(seq, image)
+
+    return deliver
+
+
+def _run_here(args: argparse.Namespace) -> int:
+    """The stream policy in this process (no server): the same hub and stream as ``fusion-ray serve``."""
+    from fusion_ray.engine import Engine
+    from fusion_ray.imageio import read_image
+    from fusion_ray.live.direct import run_direct
+    from fusion_ray.live.local import EngineBackend, local_hub
+    from fusion_ray.live.window import UntilQuit, Window, window_problem
+
+    if args.source_id:
+        raise InputError("--source-id names a source on a server (--url); here give the photo with --source")
+    show = args.show or args.output is None
+    problem = window_problem() if show else None
+    if problem:
+        raise InputError(f"cannot show a window: {problem}; write the stream to a file with --output out.mp4")
+    if not args.source.is_file():
+        raise InputError(f"source image not found: {args.source}")
+    source_image = read_image(args.source).frame
+    engine = Engine.load(engine_config_from_args(args), cpu_budget=args.cpu_budget)
+    backend = EngineBackend(engine)
+    start = _start(args, backend.add_source(source_image, str(args.source)))
+    capture = CaptureSource(args.camera if args.camera is not None else args.input, fps=args.fps, fmt="bmp")
+    seconds = args.seconds if args.seconds is not None else (10.0 if args.camera is not None else None)
+    writer = _Writer(args.output, capture.fps) if args.output else None
+    window = Window() if show else None
+    sinks: list[Callable[[int, bytes], None]] = [sink for sink in (writer, window) if sink is not None]
+    hub = local_hub(backend, slots=args.slots, stream_inflight=args.stream_inflight)
+    print(f"running locally ({engine.cfg.swap.swapper} swapper, {args.slots} slots, no server); "
+          f"{'q in the window stops' if window else 'Ctrl-C stops'}", file=sys.stderr)
+    try:
+        played = UntilQuit(capture, window.quit) if window is not None else capture
+        report = asyncio.run(run_direct(hub, start, played, seconds=seconds, blocking_source=True,
+                                        on_result=_fan_out(sinks)))
+    finally:
+        capture.close()
+        if writer is not None:
+            writer.close()
+        if window is not None:
+            window.close()
+    _print_report(report)
+    if writer is not None:
+        print(f"wrote {args.output}")
+    return 0
+
+
 def run_bench(args: argparse.Namespace) -> int:
     from fusion_ray.bench.live import make_clip, render_markdown, run_live_bench
     from fusion_ray.engine import Engine
     from fusion_ray.imageio import read_image
     from fusion_ray.live.config import LiveConfig
     from fusion_ray.live.hub import LiveHub
-    from fusion_ray.live.local import EngineBackend
+    from fusion_ray.live.local import EngineBackend, local_hub
     from fusion_ray.live.localhost import LocalServer
     from fusion_ray.live.protocol import StartMessage
 
@@ -169,15 +243,20 @@ def run_bench(args: argparse.Namespace) -> int:
         baseline = processor.process_sync
     server = None
     url = args.url
-    if url is None:
+    hub = None
+    if url is None and args.direct:
+        hub = local_hub(backend, slots=args.slots, stream_inflight=args.stream_inflight, streams=max(counts + [1]))
+        print(f"in this process, no socket ({engine.cfg.swap.swapper} swapper)")
+    elif url is None:
         cfg = LiveConfig(slots=args.slots, stream_inflight=args.stream_inflight, max_streams=max(counts + [8]))
         server = LocalServer(LiveHub(cfg, backend), backend).start()
         url = server.ws_url
         print(f"in-process host at {server.http_url} ({engine.cfg.swap.swapper} swapper)")
     try:
-        start = _start(args, _source_id(args, url))
-        result = run_live_bench(url, start, frames, stream_counts=counts, seconds=args.seconds, fps=args.fps,
-                                deadline_ms=args.deadline_ms, baseline=baseline,
+        source_id = backend.add_source(read_image(args.source).frame) if hub is not None else _source_id(args, url or "")
+        start = _start(args, source_id)
+        result = run_live_bench(url or "", start, frames, stream_counts=counts, seconds=args.seconds, fps=args.fps,
+                                deadline_ms=args.deadline_ms, baseline=baseline, hub=hub,
                                 progress=lambda what: print(f"running: {what}", flush=True))
     finally:
         if server is not None:

@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from fusion_ray.errors import FusionRayError, InputError
 from fusion_ray.live.protocol import DROP_REASONS, pack_frame, parse_event, unpack_frame
 from fusion_ray.live.stats import percentile
+from fusion_ray.live.transport import TransportClosed
 
 DRAIN_S = 1.0
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -38,6 +39,26 @@ class LiveClientError(FusionRayError):
         super().__init__(message)
         self.close_code = close_code
         self.code = code
+
+
+CLOSED = (ConnectionClosed, TransportClosed)
+"""What a connection raises once it is closed (a WebSocket's, or the in-process one's)."""
+
+
+class Connection(Protocol):
+    """What the client loop uses of a connection: a ``websockets`` client connection, or the
+    client end of :class:`fusion_ray.live.direct.DirectConnection`."""
+
+    @property
+    def close_code(self) -> int | None: ...
+
+    async def send(self, message: str | bytes) -> None: ...
+
+    async def recv(self) -> str | bytes: ...
+
+    def __aiter__(self) -> Any: ...
+
+    async def wait_closed(self) -> None: ...
 
 
 class FrameSource(Protocol):
@@ -118,12 +139,12 @@ def register_source(http_url: str, image: bytes, filename: str = "source.jpg", t
     return str(data["source_id"])
 
 
-async def _open(ws: ClientConnection, start: dict[str, Any]) -> dict[str, Any]:
+async def _open(ws: Connection, start: dict[str, Any]) -> dict[str, Any]:
     await ws.send(json.dumps(start))
     try:
         first = await ws.recv()
-    except ConnectionClosed as exc:
-        raise LiveClientError(f"the server closed the stream ({exc.code})", exc.code) from exc
+    except CLOSED as exc:
+        raise LiveClientError(f"the server closed the stream ({ws.close_code})", ws.close_code) from exc
     event = parse_event(first) if isinstance(first, str) else {}
     if event.get("type") == "ready":
         return event
@@ -133,7 +154,7 @@ async def _open(ws: ClientConnection, start: dict[str, Any]) -> dict[str, Any]:
                           ws.close_code, event.get("code"))
 
 
-async def _send_loop(ws: ClientConnection, source: FrameSource, report: ClientReport, seconds: float | None,
+async def _send_loop(ws: Connection, source: FrameSource, report: ClientReport, seconds: float | None,
                      max_frames: int | None, blocking_source: bool) -> None:
     period = 1.0 / source.fps
     start = time.perf_counter()
@@ -153,7 +174,7 @@ async def _send_loop(ws: ClientConnection, source: FrameSource, report: ClientRe
         index += 1
 
 
-async def _receive_loop(ws: ClientConnection, report: ClientReport, started: float,
+async def _receive_loop(ws: Connection, report: ClientReport, started: float,
                         on_result: Callable[[int, bytes], None] | None) -> None:
     try:
         async for message in ws:
@@ -173,7 +194,7 @@ async def _receive_loop(ws: ClientConnection, report: ClientReport, started: flo
                 report.stats.append({**event, "t": round(time.perf_counter() - started, 3)})
             elif kind == "error":
                 report.errors.append(event)
-    except ConnectionClosed:
+    except CLOSED:
         pass
 
 
@@ -185,23 +206,31 @@ async def run_stream(url: str, start: dict[str, Any], source: FrameSource, *, se
                      max_frames: int | None = None, on_result: Callable[[int, bytes], None] | None = None,
                      blocking_source: bool = False, drain_s: float = DRAIN_S) -> ClientReport:
     """Stream ``source`` to ``url`` until it ends (or ``seconds``/``max_frames``), then stop."""
-    report = ClientReport()
     try:
         async with connect(url, max_size=MAX_MESSAGE_BYTES, ping_interval=None, compression=None,
                            open_timeout=30) as ws:
-            report.ready = await _open(ws, start)
-            started = time.perf_counter()
-            receiver = asyncio.create_task(_receive_loop(ws, report, started, on_result))
-            await _send_loop(ws, source, report, seconds, max_frames, blocking_source)
-            sent_for = time.perf_counter() - started
-            until = time.perf_counter() + drain_s
-            while not _accounted(report) and time.perf_counter() < until and not receiver.done():
-                await asyncio.sleep(0.01)
-            report.duration_s = sent_for
-            with contextlib.suppress(ConnectionClosed):
-                await ws.send(json.dumps({"type": "stop"}))
-            await asyncio.wait_for(receiver, 5.0)
-            report.close_code = ws.close_code
+            return await stream_over(ws, start, source, seconds=seconds, max_frames=max_frames,
+                                     on_result=on_result, blocking_source=blocking_source, drain_s=drain_s)
     except (OSError, asyncio.TimeoutError) as exc:
         raise LiveClientError(f"cannot stream to {url}: {type(exc).__name__}: {exc}") from exc
+
+
+async def stream_over(ws: Connection, start: dict[str, Any], source: FrameSource, *, seconds: float | None = None,
+                      max_frames: int | None = None, on_result: Callable[[int, bytes], None] | None = None,
+                      blocking_source: bool = False, drain_s: float = DRAIN_S) -> ClientReport:
+    """The client loop over an open connection: start, send at the source's rate, collect, stop."""
+    report = ClientReport()
+    report.ready = await _open(ws, start)
+    started = time.perf_counter()
+    receiver = asyncio.create_task(_receive_loop(ws, report, started, on_result))
+    await _send_loop(ws, source, report, seconds, max_frames, blocking_source)
+    sent_for = time.perf_counter() - started
+    until = time.perf_counter() + drain_s
+    while not _accounted(report) and time.perf_counter() < until and not receiver.done():
+        await asyncio.sleep(0.01)
+    report.duration_s = sent_for
+    with contextlib.suppress(*CLOSED):
+        await ws.send(json.dumps({"type": "stop"}))
+    await asyncio.wait_for(receiver, 5.0)
+    report.close_code = ws.close_code
     return report

@@ -1,8 +1,9 @@
 """An in-process stream backend over an :class:`~fusion_ray.engine.Engine` (no Ray).
 
-Used by the in-process host (:mod:`fusion_ray.live.localhost`) for tests and benchmarks. The
-Serve ingress implements the same :class:`~fusion_ray.live.backend.StreamBackend` over its
-detector and swapper deployments.
+Used by ``fusion-ray live`` without a server (:mod:`fusion_ray.live.direct`) and by the
+in-process host (:mod:`fusion_ray.live.localhost`) for tests and benchmarks. The Serve ingress
+implements the same :class:`~fusion_ray.live.backend.StreamBackend` over its placement of the
+chain (the fused deployment runs the same :class:`~fusion_ray.core.frames.FrameChain`).
 """
 
 from __future__ import annotations
@@ -11,26 +12,38 @@ import asyncio
 import threading
 
 from fusion_ray.core import chain
-from fusion_ray.core.facebatch import FaceBatch
-from fusion_ray.core.redetect import redetect
+from fusion_ray.core.frames import FrameChain, FrameJob
 from fusion_ray.core.sources import SourceStore
 from fusion_ray.engine import Engine
 from fusion_ray.live.backend import FramePlan, Processed, StreamRefused, token_matches
+from fusion_ray.live.config import LiveConfig
 from fusion_ray.live.follow import StreamFollower
+from fusion_ray.live.hub import LiveHub
 from fusion_ray.live.protocol import CLOSE_POLICY, CLOSE_UNSUPPORTED, StartMessage
-from fusion_ray.models.detector import DetectorCanvases, ScrfdDetector
 from fusion_ray.types import Frame, SourceIdentity, check_frame
+
+BMP_HEADER_BYTES = 1024
+
+
+def local_hub(backend: EngineBackend, *, slots: int = 2, stream_inflight: int = 1, streams: int = 1) -> LiveHub:
+    """The hub of streams that never leave this process (``fusion-ray live`` without a server):
+    frames may come as BMP (lossless, no encoding cost), so a frame may be as many bytes as a
+    1920x1080 BMP; the memory bound of :class:`LiveConfig` holds with that size."""
+    pixels = LiveConfig().max_frame_pixels
+    cfg = LiveConfig(max_streams=streams, slots=slots, stream_inflight=stream_inflight,
+                     max_frame_bytes=3 * pixels + BMP_HEADER_BYTES, max_frame_pixels=pixels)
+    return LiveHub(cfg, backend)
 
 
 class EngineBackend:
-    """Sources in a bounded store, one :class:`EngineStreamProcessor` per stream."""
+    """Sources in a bounded store, one :class:`EngineStreamProcessor` per stream, the whole chain in
+    this process (:class:`~fusion_ray.core.frames.FrameChain`, as the fused Serve deployment runs it)."""
 
     def __init__(self, engine: Engine, *, token: str | None = None, max_sources: int = 256) -> None:
         self.engine = engine
         self.token = token
         self.sources = SourceStore(max_sources)
-        self._canvases: DetectorCanvases | None = None
-        self._lock = threading.Lock()
+        self.chain = FrameChain(engine.cfg, engine.models)
 
     def authorize(self, token: str | None) -> bool:
         return token_matches(self.token, token)
@@ -38,14 +51,6 @@ class EngineBackend:
     def add_source(self, image: Frame, name: str = "source image") -> str:
         """Register a source photo (NoFaceError when it has no face); returns its id."""
         return self.sources.put(self.engine.prepare_source([image], [name]))
-
-    def detector(self, size: int | None = None, *, square: bool = False) -> ScrfdDetector:
-        """The engine's detector, or one sharing its session on another canvas (a smaller one at
-        level 3; the square crop canvas of level 2's re-detection with ``square``)."""
-        with self._lock:
-            if self._canvases is None:
-                self._canvases = DetectorCanvases(self.engine.models.need_detector())
-        return self._canvases.get(size, square=square)
 
     async def open(self, start: StartMessage) -> EngineStreamProcessor:
         identity = self.sources.get(start.source_id)
@@ -79,41 +84,16 @@ class EngineStreamProcessor:
         return await asyncio.to_thread(self.process_sync, frame, plan)
 
     def process_sync(self, frame: Frame, plan: FramePlan) -> Processed:
-        """The core chain of ``Engine.process_frame``, with the plan's detection choices."""
+        """The frame through :class:`FrameChain` with the plan's detection choices; finding the
+        faces holds the stream's follower, the rest of the chain does not."""
         check_frame(frame)
-        engine = self.engine
-        errors = [""]
-        faces, detected = self._faces(frame, plan, errors)
-        if not len(faces):
-            _raise_first(errors)
-            return Processed(frame, faces.landmarks_5, detected)
-        faces = chain.align([frame], faces, engine.swap_layout, errors, "align")
-        faces = chain.swap(engine.backend, faces, {"": self.identity}, errors)
-        out = chain.paste([frame], faces, engine.swap_layout, errors)[0]
-        if plan.enhance:
-            crops = chain.align_for_enhance([out], faces, engine.enhance_layout, errors)
-            enhanced = chain.enhance(engine.models.need_enhancer(), crops, engine.cfg.enhance.blend)
-            out = chain.paste([out], enhanced, engine.enhance_layout, errors, "enhance_paste")[0]
-        _raise_first(errors)  # never a frame whose selected faces were not swapped
-        return Processed(out, faces.landmarks_5, detected)
-
-    def _faces(self, frame: Frame, plan: FramePlan, errors: list[str]) -> tuple[FaceBatch, int]:
-        """Detected on the whole frame, or (level 2, ``plan.landmarks`` set) followed on crops."""
+        job = FrameJob(frame, self.start.source_id, self.identity,
+                       chain.Selection(self.start.select, self.start.face_index),
+                       self.engine.cfg.enhance.blend if plan.enhance else None, plan.detector_size, plan.seq,
+                       plan.landmarks is not None, self.follower)
         with self._follow_lock:
-            predictions = self.follower.predictions(plan.seq, plan.landmarks is not None)
-            if predictions:
-                tracking = self.engine.cfg.tracking
-                roi = redetect(frame, self.backend.detector(tracking.roi_canvas, square=True), predictions, tracking,
-                               self.follower.crops)
-                followed = self.follower.followed(plan.seq, roi, frame.shape[:2])
-                if followed is not None:
-                    return followed, len(followed)
-            found = chain.detect_select(self.backend.detector(plan.detector_size), [frame], errors,
-                                        [chain.Selection(self.start.select, self.start.face_index)])
-            self.follower.detected(plan.seq, found.faces, frame.shape[:2])
-            return found.faces, int(found.faces_detected[0])
-
-
-def _raise_first(errors: list[str]) -> None:
-    if errors[0]:
-        raise ValueError(errors[0])
+            found = self.backend.chain.faces(job)
+        done = self.backend.chain.swap([job], [found])[0]
+        if done.error:  # never a frame whose selected faces were not swapped
+            raise ValueError(done.error)
+        return Processed(done.frame, done.landmarks, done.faces_detected)

@@ -13,10 +13,15 @@ from fusion_ray.errors import InputError
 DEFAULT_QUALITY = 80
 
 
-def encode_frame(frame: np.ndarray, quality: int = DEFAULT_QUALITY) -> bytes:
-    ok, buffer = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
+def encode_frame(frame: np.ndarray, quality: int = DEFAULT_QUALITY, fmt: str = "jpeg") -> bytes:
+    """A frame as JPEG (``quality``), or as BMP (``fmt="bmp"``: lossless and nearly free to encode
+    and decode, for a stream that never leaves this process)."""
+    if fmt == "bmp":
+        ok, buffer = cv2.imencode(".bmp", frame)
+    else:
+        ok, buffer = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
     if not ok:
-        raise InputError("cannot JPEG-encode a frame")
+        raise InputError(f"cannot encode a frame as {fmt}")
     return buffer.tobytes()
 
 
@@ -49,7 +54,8 @@ class JpegClip:
 class CaptureSource:
     """An OpenCV capture: a camera index, or a video file played at its own frame rate."""
 
-    def __init__(self, target: int | Path, *, fps: float | None = None, quality: int = DEFAULT_QUALITY) -> None:
+    def __init__(self, target: int | Path, *, fps: float | None = None, quality: int = DEFAULT_QUALITY,
+                 fmt: str = "jpeg") -> None:
         if isinstance(target, Path) and not target.is_file():
             raise InputError(f"video not found: {target}")
         self.capture = cv2.VideoCapture(str(target) if isinstance(target, Path) else target)
@@ -58,6 +64,7 @@ class CaptureSource:
         native = float(self.capture.get(cv2.CAP_PROP_FPS) or 0.0)
         self.fps = float(fps) if fps else (native if 1.0 <= native <= 240.0 else 30.0)
         self.quality = quality
+        self.fmt = fmt
         self.last_frame: np.ndarray | None = None
 
     def read(self) -> bytes | None:
@@ -65,7 +72,7 @@ class CaptureSource:
         if not ok or frame is None:
             return None
         self.last_frame = frame
-        return encode_frame(frame, self.quality)
+        return encode_frame(frame, self.quality, self.fmt)
 
     def close(self) -> None:
         self.capture.release()

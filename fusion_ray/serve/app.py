@@ -31,6 +31,7 @@ from fusion_ray.serve.deployments import (
     ServiceStateDeployment,
     SwapperDeployment,
 )
+from fusion_ray.serve.fused import FusedDeployment
 from fusion_ray.serve.ingress import IngressCore
 from fusion_ray.serve.limits import ApiError, clip
 from fusion_ray.serve.schemas import (
@@ -44,7 +45,12 @@ from fusion_ray.serve.schemas import (
     sources_request_schema,
     swap_request_schema,
 )
-from fusion_ray.serve.settings import DeploymentSettings, parse_settings
+from fusion_ray.serve.settings import (
+    DeploymentSettings,
+    ServeSettings,
+    parse_settings,
+    resolve_placement,
+)
 from fusion_ray.serve.timing import Timings
 
 __all__ = ["IngressCore", "IngressDeployment", "build_app", "create_api"]
@@ -189,11 +195,40 @@ def _options(dep: DeploymentSettings, max_ongoing: int, **extra: Any) -> dict[st
     }
 
 
+def node_gpus() -> list[float]:
+    """GPUs of each alive node of the Ray cluster this process is in (none when it is in none)."""
+    import ray
+
+    if not ray.is_initialized():
+        return []
+    return [float(node.get("Resources", {}).get("GPU", 0.0)) for node in ray.nodes() if node.get("Alive")]
+
+
 def build_app(args: dict[str, Any]) -> Application:
-    """The Serve application from its ``args`` (validated into :class:`ServeSettings`)."""
+    """The Serve application from its ``args`` (validated into :class:`ServeSettings`), its chain
+    placed fused or split (``placement``; ``auto`` resolved here, from the cluster's nodes)."""
     settings = parse_settings(args)
+    placement = resolve_placement(settings.placement, node_gpus() if settings.placement == "auto" else [])
+    settings = settings.model_copy(update={"placement": placement})
     deps = settings.deployments
     backpressure = BackpressureConfig(status_code=503, retry_after_s=float(settings.limits.retry_after_s))
+    state = ServiceStateDeployment.options(  # type: ignore[attr-defined]
+        **_options(deps.state, deps.state.max_ongoing_requests or 256)).bind(settings)
+    if placement == "fused":
+        fused = FusedDeployment.options(  # type: ignore[attr-defined]
+            **_options(deps.fused, settings.fused_max_ongoing(), backpressure_config=backpressure),
+        ).bind(settings)
+        chain: tuple[Any, Any, Any] = (fused, fused, fused if deps.enhancer_enabled else None)
+    else:
+        chain = _split(settings, backpressure)
+    return IngressDeployment.options(  # type: ignore[attr-defined,no-any-return]
+        **_options(deps.ingress, settings.ingress_max_ongoing(), backpressure_config=backpressure),
+    ).bind(settings, *chain, state)
+
+
+def _split(settings: ServeSettings, backpressure: BackpressureConfig) -> tuple[Any, Any, Any]:
+    """The per-model pools: detector, swapper, enhancer (or None)."""
+    deps = settings.deployments
     detector = DetectorDeployment.options(  # type: ignore[attr-defined]
         **_options(deps.detector, deps.detector.max_ongoing_requests or 4, backpressure_config=backpressure),
     ).bind(settings)
@@ -205,11 +240,7 @@ def build_app(args: dict[str, Any]) -> Application:
         enhancer = EnhancerDeployment.options(  # type: ignore[attr-defined]
             **_options(deps.enhancer, settings.enhancer_max_ongoing(), backpressure_config=backpressure),
         ).bind(settings)
-    state = ServiceStateDeployment.options(  # type: ignore[attr-defined]
-        **_options(deps.state, deps.state.max_ongoing_requests or 256)).bind(settings)
-    return IngressDeployment.options(  # type: ignore[attr-defined,no-any-return]
-        **_options(deps.ingress, settings.ingress_max_ongoing(), backpressure_config=backpressure),
-    ).bind(settings, detector, swapper, enhancer, state)
+    return detector, swapper, enhancer
 
 
 def __getattr__(name: str) -> Any:

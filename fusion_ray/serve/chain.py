@@ -83,7 +83,7 @@ class Downstream:
             except DOWNSTREAM_ERRORS as exc:
                 raise downstream_error(exc, stage, self.retry_headers) from exc
 
-    def _batch(self, deployment: str, result: dict[str, Any]) -> None:
+    def record_batch(self, deployment: str, result: dict[str, Any]) -> None:
         record = result.get("batch")
         if record:
             self.metrics.batch(deployment, int(record["requests"]), int(record["faces"]), float(record["compute_s"]))
@@ -101,18 +101,18 @@ class Downstream:
 
     async def embed(self, t: Timings, faces: list[SourceFace]) -> SourceIdentity:
         result = await self.call(t, "embed", lambda: self.swapper.embed.remote(faces))
-        self._batch("embedder", result)
+        self.record_batch("embedder", result)
         return result["identity"]  # type: ignore[no-any-return]
 
     async def swap(self, t: Timings, crops: np.ndarray, identity: SourceIdentity, key: str) -> np.ndarray:
         swapped = await self.call(t, "swap", lambda: self.swapper.swap.remote(crops, identity, key))
-        self._batch("swapper", swapped)
+        self.record_batch("swapper", swapped)
         _failed(swapped["error"], "swap")
         return swapped["crops"]  # type: ignore[no-any-return]
 
     async def enhance(self, t: Timings, crops: np.ndarray, blend: float) -> np.ndarray:
         enhanced = await self.call(t, "enhance", lambda: self.enhancer.enhance.remote(crops, blend))
-        self._batch("enhancer", enhanced)
+        self.record_batch("enhancer", enhanced)
         _failed(enhanced["error"], "enhancement")
         return enhanced["crops"]  # type: ignore[no-any-return]
 

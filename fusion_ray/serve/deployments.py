@@ -118,8 +118,7 @@ class DetectorDeployment:
 
     def source_face(self, frame: np.ndarray) -> identity.SourceFace | None:
         """The source image's face cut for the embedder (and the classic swap), or None."""
-        face = identity.largest_face(self.models.need_detector().detect(frame))
-        return identity.cut_source_face(frame, face, self.cfg) if face is not None else None
+        return source_face(self.models, self.cfg, frame)
 
     def model_info(self) -> dict[str, ModelInfo]:
         return dict(self.models.info)
@@ -180,19 +179,7 @@ class SwapperDeployment:
         return await asyncio.to_thread(self._embed_batch, requests)
 
     def _embed_batch(self, requests: list[list[identity.SourceFace]]) -> list[dict[str, Any]]:
-        """One embedder call over every source face of every request (none for the classic swap)."""
-        start = time.perf_counter()
-        everyone = [face for faces in requests for face in faces]
-        embedder = self.models.embedder
-        vectors = identity.embed_source_faces(embedder, everyone) if embedder is not None else None
-        results: list[dict[str, Any]] = []
-        offset = 0
-        for faces in requests:
-            rows = vectors[offset:offset + len(faces)] if vectors is not None else None
-            offset += len(faces)
-            results.append({"identity": identity.identity_from(faces, rows, self.cfg, self.models.inswapper)})
-        results[0]["batch"] = _batch_record(len(requests), len(everyone), time.perf_counter() - start)
-        return results
+        return embed_batch(self.models, self.cfg, requests)
 
     def model_info(self) -> dict[str, ModelInfo]:
         return dict(self.models.info)
@@ -245,6 +232,27 @@ class EnhancerDeployment:
 
     def check_health(self) -> None:
         self.models.need_enhancer()
+
+
+def source_face(models: ModelSet, cfg: EngineConfig, frame: np.ndarray) -> identity.SourceFace | None:
+    """A source image's largest face cut for the embedder (and the classic swap), or None."""
+    face = identity.largest_face(models.need_detector().detect(frame))
+    return identity.cut_source_face(frame, face, cfg) if face is not None else None
+
+
+def embed_batch(models: ModelSet, cfg: EngineConfig, requests: list[list[identity.SourceFace]]) -> list[dict[str, Any]]:
+    """One embedder call over every source face of every request (none for the classic swap)."""
+    start = time.perf_counter()
+    everyone = [face for faces in requests for face in faces]
+    vectors = identity.embed_source_faces(models.embedder, everyone) if models.embedder is not None else None
+    results: list[dict[str, Any]] = []
+    offset = 0
+    for faces in requests:
+        rows = vectors[offset:offset + len(faces)] if vectors is not None else None
+        offset += len(faces)
+        results.append({"identity": identity.identity_from(faces, rows, cfg, models.inswapper)})
+    results[0]["batch"] = _batch_record(len(requests), len(everyone), time.perf_counter() - start)
+    return results
 
 
 def _crops_batch(crops: list[np.ndarray], source_ids: list[str]) -> FaceBatch:

@@ -4,10 +4,11 @@ Request path of ``POST /v1/swap``::
 
     authorise -> upload slot (limits.max_uploads, per client too) -> receive and parse the body
     (capped, within the receive deadline) -> in-flight slot (limits.max_inflight) -> check image
-    headers -> decode
-      |-> Detector.detect                                              } concurrently
-      |-> ServiceState.get_source / Detector.source_face + Swapper.embed }
-    -> Swapper.swap -> paste -> [Enhancer.enhance -> paste enhanced] -> encode -> response
+    headers -> decode -> the chain as placed (:mod:`fusion_ray.serve.placement`), with the source
+    (ServiceState.get_source, or source_face + embed) looked up meanwhile:
+      split: Detector.detect -> Swapper.swap -> paste -> [Enhancer.enhance -> paste enhanced]
+      fused: Fused.process (the whole chain in one replica, batched across requests and streams)
+    -> encode -> response
 
 Remote calls go through :class:`~fusion_ray.serve.chain.Downstream`, the ingress' own chain
 work through :class:`~fusion_ray.serve.chain.LocalStages`; every stage is timed once
@@ -23,15 +24,15 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-import numpy as np
 from fastapi.responses import JSONResponse, Response
 
+from fusion_ray.core.chain import Selection
+from fusion_ray.core.frames import FrameDone
 from fusion_ray.core.provenance import Provenance
 from fusion_ray.imageio import LoadedImage, encode_image
 from fusion_ray.live.hub import LiveHub
 from fusion_ray.serve.auth import BearerAuth, metrics_public
 from fusion_ray.serve.chain import Downstream, LocalStages
-from fusion_ray.serve.deployments import DetectReply
 from fusion_ray.serve.forms import Form, Part, read_form
 from fusion_ray.serve.images import ImageHeader, decode
 from fusion_ray.serve.limits import (
@@ -45,6 +46,13 @@ from fusion_ray.serve.limits import (
 from fusion_ray.serve.live import ServeStreamBackend
 from fusion_ray.serve.metrics import LATENCY_BUCKETS_S, MetricsBuffer
 from fusion_ray.serve.ops import ingress_gauges, readiness
+from fusion_ray.serve.placement import (
+    FrameRequest,
+    FusedChain,
+    ServeChain,
+    SplitChain,
+    first_error_cancels,
+)
 from fusion_ray.serve.schemas import (
     FACES_DETECTED_HEADER,
     FACES_SWAPPED_HEADER,
@@ -81,18 +89,6 @@ class Upload(Protocol):
 Work = Callable[[Form, Timings], Awaitable[Response]]
 
 
-async def first_error_cancels(*aws: Awaitable[Any]) -> list[Any]:
-    """Run awaitables concurrently; on the first failure cancel the rest and raise it."""
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
-
-
 class _Flushing:
     """The metrics sink of live streams: frames count like requests, and flush the same way."""
 
@@ -126,6 +122,8 @@ class IngressCore:
                                      retry_headers={"Retry-After": str(self.limits.retry_after_s)},
                                      metrics=self.metrics)
         self.local = LocalStages(settings)
+        self.chain: ServeChain = (FusedChain(self.downstream) if settings.placement == "fused"
+                                  else SplitChain(self.downstream, self.local, settings.engine.tracking))
         self.live = LiveHub(settings.live, ServeStreamBackend(self), metrics=_Flushing(self.metrics))
         self.replica = uuid.uuid4().hex[:8]
         self._provenance: dict[bool, Provenance] = {}
@@ -247,10 +245,6 @@ class IngressCore:
         mode = opts.select or self.settings.engine.selection.mode
         index = opts.face_index if opts.face_index is not None else self.settings.engine.selection.index
 
-        async def detect_target() -> tuple[LoadedImage, DetectReply]:
-            loaded = await self.decode(t, req.target, req.target_header, "target image")
-            return loaded, await self.downstream.detect(t, loaded.frame, mode, index)
-
         async def get_identity() -> tuple[str, SourceIdentity]:
             with t.timed("source"):
                 if opts.source_id:
@@ -258,36 +252,32 @@ class IngressCore:
                 return "inline_" + uuid.uuid4().hex, await self.identity_from_images(t, req.sources,
                                                                                      req.source_headers)
 
-        (loaded, found), (key, identity) = await first_error_cancels(detect_target(), get_identity())
-        headers = {FACES_DETECTED_HEADER: str(found.faces_detected),
-                   FACES_SWAPPED_HEADER: str(found.faces_selected)}
-        if found.faces_selected == 0:
-            return await self._unchanged(t, req, loaded, found, headers, mode, index)
+        blend = opts.blend if opts.blend is not None else self.settings.engine.enhance.blend
+
+        async def swapped() -> tuple[LoadedImage, FrameDone]:
+            loaded = await self.decode(t, req.target, req.target_header, "target image")
+            request = FrameRequest(loaded.frame, Selection(mode, index), blend if opts.enhance else None)
+            return loaded, await self.chain.frame(t, request, identity)
+
+        identity = asyncio.ensure_future(get_identity())  # looked up (or embedded) while the target decodes
+        (loaded, done), _ = await first_error_cancels(swapped(), identity)
+        headers = {FACES_DETECTED_HEADER: str(done.faces_detected), FACES_SWAPPED_HEADER: str(done.faces_swapped)}
+        if done.faces_swapped == 0:
+            return await self._unchanged(t, req, loaded, done.faces_detected, headers, mode, index)
         made_by = await self.provenance(t, opts.enhance)
         if made_by.header_value():
             headers[STAND_IN_HEADER] = made_by.header_value()  # type: ignore[assignment]
-        frame = await self._swapped_frame(t, req, loaded, found, key, identity)
-        data = await self.thread(t, "encode", encode_image, frame, SUFFIXES[opts.format], alpha=loaded.alpha,
+        data = await self.thread(t, "encode", encode_image, done.frame, SUFFIXES[opts.format], alpha=loaded.alpha,
                                  metadata=made_by.metadata(), jpeg_quality=opts.jpeg_quality)
         headers["Server-Timing"] = t.server_timing()
         return Response(data, media_type=MEDIA_TYPES[opts.format], headers=headers)
 
-    async def _swapped_frame(self, t: Timings, req: SwapRequest, loaded: LoadedImage, found: DetectReply,
-                             key: str, identity: SourceIdentity) -> np.ndarray:
-        crops = await self.downstream.swap(t, found.faces.require_crops()[0], identity, key)
-        out = await self.thread(t, "paste", self.local.paste, loaded.frame, found.faces, crops, req.options.enhance)
-        if req.options.enhance:
-            blend = req.options.blend if req.options.blend is not None else self.settings.engine.enhance.blend
-            enhanced = await self.downstream.enhance(t, out.faces.require_crops()[0], blend)
-            out = await self.thread(t, "paste_enhanced", self.local.paste_enhanced, out, enhanced)
-        return out.frames[0]
-
-    async def _unchanged(self, t: Timings, req: SwapRequest, loaded: LoadedImage, found: DetectReply,
+    async def _unchanged(self, t: Timings, req: SwapRequest, loaded: LoadedImage, faces_detected: int,
                          headers: dict[str, str], mode: str, index: int) -> Response:
-        if found.faces_detected == 0:
+        if faces_detected == 0:
             reason = "no face found in the target image"
         else:
-            reason = (f"{found.faces_detected} face(s) in the target image, none selected "
+            reason = (f"{faces_detected} face(s) in the target image, none selected "
                       f"(select={mode}, face_index={index})")
         opts = req.options
         if opts.strict:
@@ -301,7 +291,7 @@ class IngressCore:
 
     # ------------------------------------------------------------ ops
     async def readiness(self, token: str | None) -> Readiness:
-        return await readiness(self.downstream.probes(), detailed=self.auth.enabled and self.auth.valid(token))
+        return await readiness(self.chain.probes(), detailed=self.auth.enabled and self.auth.valid(token))
 
     async def metrics_text(self) -> str:
         await self.metrics.flush()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -42,6 +42,9 @@ class BatchingSettings(_Settings):
     swap: BatchSettings = BatchSettings()
     embed: BatchSettings = BatchSettings()
     enhance: BatchSettings = BatchSettings(max_batch_size=4)
+    frames: BatchSettings = Field(
+        default=BatchSettings(max_batch_size=8, batch_wait_timeout_s=0.005),
+        description="The fused placement: whole frames (of HTTP requests and live streams) per chain call.")
     adaptive_wait: bool = Field(
         default=True,
         description="Skip the wait window while requests arrive further apart than it (low load: no added "
@@ -74,6 +77,7 @@ class DeploymentsSettings(_Settings):
     detector: DeploymentSettings = DeploymentSettings(num_cpus=0.5, max_ongoing_requests=4)
     swapper: DeploymentSettings = DeploymentSettings(num_cpus=0.25)
     enhancer: DeploymentSettings = DeploymentSettings(num_cpus=0.25)
+    fused: DeploymentSettings = DeploymentSettings(num_cpus=0.5, cpu_budget=1.0)
     state: DeploymentSettings = DeploymentSettings(num_cpus=0.05, max_ongoing_requests=256,
                                                    max_queued_requests=-1)
     enhancer_enabled: bool = Field(
@@ -166,9 +170,17 @@ class SourcesSettings(_Settings):
     max_count: int = Field(default=4096, ge=1, description="Identities kept (about 4 KB each).")
 
 
+Placement = Literal["auto", "fused", "split"]
+
+
 class ServeSettings(_Settings):
     """The ``args`` of the fusion_ray Serve application."""
 
+    placement: Placement = Field(
+        default="auto",
+        description="Where the chain runs. fused: one deployment runs the whole chain in-process (deployments.fused, "
+        "batching.frames); split: per-model pools (detector, swapper, enhancer); auto: fused where no node has "
+        "more than one GPU, else split. HTTP requests and live streams use the same placement.")
     engine: EngineConfig = EngineConfig()
     batching: BatchingSettings = BatchingSettings()
     deployments: DeploymentsSettings = DeploymentsSettings()
@@ -190,7 +202,8 @@ class ServeSettings(_Settings):
                 f"deployments.ingress.max_ongoing_requests ({ingress.max_ongoing_requests}) must exceed "
                 f"limits.max_inflight + limits.max_uploads ({admitted}) so that excess requests reach the "
                 "ingress and get a 503 with Retry-After instead of waiting in Serve's queue")
-        for name, batch in (("swapper", self.batching.swap), ("enhancer", self.batching.enhance)):
+        for name, batch in (("swapper", self.batching.swap), ("enhancer", self.batching.enhance),
+                            ("fused", self.batching.frames)):
             dep: DeploymentSettings = getattr(self.deployments, name)
             if dep.max_ongoing_requests is not None and dep.max_ongoing_requests < batch.max_batch_size:
                 raise ValueError(
@@ -207,6 +220,11 @@ class ServeSettings(_Settings):
         return dep if dep is not None else 2 * max(self.batching.swap.max_batch_size,
                                                    self.batching.embed.max_batch_size)
 
+    def fused_max_ongoing(self) -> int:
+        dep = self.deployments.fused.max_ongoing_requests
+        return dep if dep is not None else 2 * max(self.batching.frames.max_batch_size,
+                                                   self.batching.embed.max_batch_size)
+
     def enhancer_max_ongoing(self) -> int:
         dep = self.deployments.enhancer.max_ongoing_requests
         return dep if dep is not None else 2 * self.batching.enhance.max_batch_size
@@ -218,9 +236,16 @@ class ServeSettings(_Settings):
     def with_batch_size(self, size: int) -> ServeSettings:
         """These settings with every batched method at ``size`` (1 = batching off)."""
         data = self.model_dump()
-        for name in ("swap", "embed", "enhance"):
+        for name in ("swap", "embed", "enhance", "frames"):
             data["batching"][name]["max_batch_size"] = size
         return parse_settings(data)
+
+
+def resolve_placement(placement: Placement, node_gpus: list[float]) -> Placement:
+    """``auto``: fused where no node has more than one GPU (``node_gpus``: each node's GPUs), else split."""
+    if placement != "auto":
+        return placement
+    return "split" if max(node_gpus, default=0.0) > 1.0 else "fused"
 
 
 def parse_settings(args: dict[str, Any] | ServeSettings | None, source: str = "serve args") -> ServeSettings:

@@ -190,3 +190,17 @@ def test_live_bench_driver_and_baseline(server, clip, engine, images_dir, source
     assert run["streams"] == 2 and len(run["fps_per_stream"]) == 2 and run["received"] > 0
     assert run["sent"] == run["received"] + sum(run["dropped"].values())
     assert "| 2 |" in render_markdown(result)
+
+
+def test_live_bench_in_this_process_without_a_socket(clip, engine, images_dir):
+    """``live-bench --direct``: the streams run as ``fusion-ray live`` without --url runs them."""
+    from fusion_ray.bench.live import run_live_bench
+    from fusion_ray.live.local import local_hub
+
+    backend = EngineBackend(engine)
+    source_id = backend.add_source(read_image(images_dir / "obama.jpg").frame)
+    result = run_live_bench("", {"source_id": source_id, "deadline_ms": 1000}, clip, stream_counts=[2], seconds=1.0,
+                            fps=10, hub=local_hub(backend, streams=2))
+    run = result["runs"][0]
+    assert result["url"].startswith("in-process") and run["streams"] == 2 and run["received"] > 0
+    assert run["sent"] == run["received"] + sum(run["dropped"].values())

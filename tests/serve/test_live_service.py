@@ -45,6 +45,7 @@ def service(ray_cluster, models_config):
     from fusion_ray.serve.app import build_app
 
     args = {
+        "placement": "split",  # the deployments' stage metrics (redetect) are checked; both: test_placement.py
         "engine": {"models": models_config.model_dump(mode="json"), "runtime": {"providers": ["cpu"]},
                    "swap": {"swapper": "classic"}},
         "deployments": {"ingress": {"num_cpus": 0.2}, "detector": {"num_cpus": 0.2},
@@ -74,6 +75,7 @@ def level2(service, models_config):
     from fusion_ray.serve.app import build_app
 
     args = {
+        "placement": "split",  # the deployments' stage metrics (redetect) are checked; both: test_placement.py
         "engine": {"models": models_config.model_dump(mode="json"), "runtime": {"providers": ["cpu"]},
                    "swap": {"swapper": "classic"}},
         "deployments": {"ingress": {"num_cpus": 0.1}, "detector": {"num_cpus": 0.1},

@@ -50,6 +50,7 @@ def service(ray_cluster, models_config):
     from fusion_ray.serve.app import build_app
 
     args = {
+        "placement": "split",  # the per-model pools (tests/serve/test_placement.py: both placements)
         "engine": {"models": models_config.model_dump(mode="json"), "runtime": {"providers": ["cpu"]}},
         # A long batch window makes batching under concurrent requests certain on a busy host.
         "batching": {"swap": {"max_batch_size": 4, "batch_wait_timeout_s": 0.25},

@@ -636,3 +636,15 @@ def test_the_packaged_default_config_equals_configs_serve_yaml():
     from fusion_ray.cli.serve import default_config
 
     assert default_config().read_bytes() == (REPO / "configs" / "serve.yaml").read_bytes()
+
+
+def test_auto_placement_is_fused_unless_a_node_has_more_than_one_gpu():
+    from fusion_ray.serve.settings import resolve_placement
+
+    assert resolve_placement("auto", []) == "fused"  # no cluster yet, or CPU nodes only
+    assert resolve_placement("auto", [0.0, 1.0]) == "fused"  # one GPU per node
+    assert resolve_placement("auto", [0.0, 2.0]) == "split"
+    assert resolve_placement("fused", [8.0]) == "fused" and resolve_placement("split", []) == "split"
+    assert ServeSettings().placement == "auto"
+    with pytest.raises(ConfigError):
+        parse_settings({"placement": "scattered"})

@@ -1,0 +1,101 @@
+"""The fused placement: one deployment runs the whole chain in-process (``placement: fused``).
+
+:class:`FusedDeployment` holds every model of the chain and runs whole frames through
+:class:`~fusion_ray.core.frames.FrameChain` (the core's functions, as the engine and
+``fusion-ray live`` run them), with ``@serve.batch`` over the frames of concurrent HTTP requests
+and live streams: one call per frame from the ingress, one swap and one enhancer call per batch.
+It also answers what the split detector and swapper answer for source registration
+(``source_face``, a batched ``embed``) and readiness (``model_info``), so the ingress' source
+path is the same for both placements. On a node with no GPU or one, this saves the hops between
+the detector, swapper and enhancer replicas (each a serialised frame or crop batch) that the
+split placement pays on every frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from typing import Any
+
+import cv2
+import numpy as np
+from ray import serve
+
+from fusion_ray.core import identity
+from fusion_ray.core.frames import FrameChain, FrameDone, FrameJob
+from fusion_ray.core.modelset import Component, ModelInfo, ModelSet
+from fusion_ray.serve.deployments import (
+    _adaptive,
+    _batch_record,
+    _configure_batching,
+    _set_wait,
+    embed_batch,
+    source_face,
+)
+from fusion_ray.serve.settings import ServeSettings
+
+log = logging.getLogger(__name__)
+
+BATCHES_IN_FLIGHT = 2
+"""Frame batches a fused replica runs at once, each in its own thread (sessions at one thread by
+default, ``deployments.fused.cpu_budget: 1``): detection runs frame by frame on the CPU, so a
+second batch detects while the first swaps and pastes, instead of one of two cores idling."""
+
+
+@serve.deployment(name="Fused")
+class FusedDeployment:
+    """Every model of the chain in one replica; whole frames batched across requests and streams."""
+
+    def __init__(self, settings: ServeSettings) -> None:
+        dep = settings.deployments.fused
+        self.cfg = settings.engine.in_ray_actor(dep.num_gpus > 0)
+        budget = dep.threads_budget()
+        cv2.setNumThreads(max(1, math.ceil(budget)))
+        components: list[Component] = ["detector"]
+        if self.cfg.swap.swapper == "inswapper":
+            components += ["swapper", "embedder"]
+        if settings.deployments.enhancer_enabled:
+            components.append("enhancer")
+        self.models = ModelSet.load(self.cfg, components, cpu_budget=budget)
+        self.chain = FrameChain(self.cfg, self.models)
+        _configure_batching(self._process_batched, settings.batching.frames)  # type: ignore[misc]
+        _configure_batching(self._embed_batched, settings.batching.embed)
+        self.frames_wait = _adaptive(settings, settings.batching.frames)
+        self.embed_wait = _adaptive(settings, settings.batching.embed)
+        log.info("fused replica ready (cpu budget %s, frame batch %d)", budget, settings.batching.frames.max_batch_size)
+
+    async def process(self, job: FrameJob) -> dict[str, Any]:
+        """One frame through the whole chain (batched with the other callers' frames)."""
+        _set_wait(self._process_batched, self.frames_wait.arrival(time.monotonic()))  # type: ignore[misc]
+        return await self._process_batched(job)  # type: ignore[misc,arg-type,no-any-return]
+
+    @serve.batch(max_concurrent_batches=BATCHES_IN_FLIGHT)  # type: ignore[arg-type]
+    async def _process_batched(self, jobs: list[FrameJob]) -> list[dict[str, Any]]:  # type: ignore[misc]
+        return await asyncio.to_thread(self._process_batch, jobs)
+
+    def _process_batch(self, jobs: list[FrameJob]) -> list[dict[str, Any]]:
+        start = time.perf_counter()
+        done: list[FrameDone] = self.chain.run(jobs)
+        results: list[dict[str, Any]] = [{"done": d} for d in done]
+        results[0]["batch"] = _batch_record(len(jobs), sum(d.faces_swapped for d in done),
+                                            time.perf_counter() - start)
+        return results
+
+    def source_face(self, frame: np.ndarray) -> identity.SourceFace | None:
+        return source_face(self.models, self.cfg, frame)
+
+    async def embed(self, faces: list[identity.SourceFace]) -> dict[str, Any]:
+        _set_wait(self._embed_batched, self.embed_wait.arrival(time.monotonic()))
+        return await self._embed_batched(faces)  # type: ignore[arg-type,no-any-return]
+
+    @serve.batch
+    async def _embed_batched(self, requests: list[list[identity.SourceFace]]) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(embed_batch, self.models, self.cfg, requests)
+
+    def model_info(self) -> dict[str, ModelInfo]:
+        return dict(self.models.info)
+
+    def check_health(self) -> None:
+        self.models.need_detector()

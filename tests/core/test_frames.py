@@ -1,0 +1,73 @@
+"""FrameChain: a batch of frames through the whole chain equals the engine frame by frame."""
+
+import numpy as np
+import pytest
+
+from fusion_ray.config import EngineConfig, RuntimeConfig, SelectionConfig, SwapConfig
+from fusion_ray.core import chain
+from fusion_ray.core.frames import FrameChain, FrameJob
+from fusion_ray.engine import Engine
+from fusion_ray.imageio import read_image
+from fusion_ray.live.follow import StreamFollower
+
+
+@pytest.fixture(scope="module")
+def engine(models_config):
+    cfg = EngineConfig(models=models_config, runtime=RuntimeConfig(providers=["cpu"]), swap=SwapConfig(swapper="classic"))
+    return Engine.load(cfg, components=["detector"], cpu_budget=1)
+
+
+@pytest.fixture(scope="module")
+def photos(images_dir):
+    return {name: read_image(images_dir / f"{name}.jpg").frame for name in ("obama", "biden", "obama_and_biden")}
+
+
+def test_a_batch_of_frames_equals_the_engine_frame_by_frame(engine, photos):
+    frames = FrameChain(engine.cfg, engine.models)
+    obama, biden = engine.prepare_source([photos["obama"]]), engine.prepare_source([photos["biden"]])
+    jobs = [FrameJob(photos["biden"], "o", obama, chain.Selection("all")),
+            FrameJob(photos["obama_and_biden"], "b", biden, chain.Selection("largest")),
+            FrameJob(photos["obama_and_biden"], "o", obama, chain.Selection("all"))]
+    done = frames.run(jobs)
+    for job, result, identity in zip(jobs, done, (obama, biden, obama), strict=True):
+        cfg = engine.cfg.model_copy(update={"selection": SelectionConfig(mode=job.selection.mode)})
+        expected = Engine(cfg, engine.models).process_frame(job.frame, identity)
+        assert result.error == "" and np.array_equal(result.frame, expected.frame)
+        assert (result.faces_detected, result.faces_swapped) == (expected.faces_detected, expected.faces_swapped)
+    assert [d.faces_swapped for d in done][:2] == [1, 1] and done[2].faces_swapped >= 2  # batched: 4+ faces
+
+
+def test_a_failed_frame_fails_alone_and_comes_back_unchanged(engine, photos):
+    frames = FrameChain(engine.cfg, engine.models)
+    obama = engine.prepare_source([photos["obama"]])
+    broken = np.zeros((0, 0, 3), np.uint8)
+    done = frames.run([FrameJob(broken, "o", obama, chain.Selection("all")),
+                       FrameJob(photos["biden"], "o", obama, chain.Selection("all"))])
+    assert done[0].error.startswith("detect") and done[0].faces_swapped == 0
+    assert done[1].error == "" and done[1].faces_swapped == 1
+
+
+def test_a_follower_follows_the_faces_between_detections(engine, photos):
+    frames = FrameChain(engine.cfg, engine.models)
+    obama = engine.prepare_source([photos["obama"]])
+    follower = StreamFollower(engine.cfg.tracking)
+    first = frames.run([FrameJob(photos["biden"], "o", obama, chain.Selection("all"), seq=0, follower=follower)])[0]
+    assert first.follower is follower and follower.predictions(1, True)
+    second = frames.run([FrameJob(photos["biden"], "o", obama, chain.Selection("all"), seq=1, follow=True,
+                                  follower=follower)])[0]
+    assert second.error == "" and second.faces_swapped == 1 and follower.crops  # re-detected on a crop
+    assert np.abs(second.landmarks - first.landmarks).max() < 3.0
+
+
+def test_a_job_and_its_follower_cross_a_process_boundary(engine, photos):
+    """The fused Serve placement pickles each job (with a live stream's follower) to its replica and
+    the updated follower back: the copy follows the faces as the original would."""
+    from ray import cloudpickle
+
+    frames = FrameChain(engine.cfg, engine.models)
+    obama = engine.prepare_source([photos["obama"]])
+    job = FrameJob(photos["biden"], "o", obama, chain.Selection("all"), seq=0,
+                   follower=StreamFollower(engine.cfg.tracking))
+    done = cloudpickle.loads(cloudpickle.dumps(frames.run([cloudpickle.loads(cloudpickle.dumps(job))])[0]))
+    assert isinstance(done.follower, StreamFollower) and done.follower is not job.follower
+    assert done.follower.predictions(1, True) and not job.follower.predictions(1, True)

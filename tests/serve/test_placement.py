@@ -1,0 +1,201 @@
+"""Both placements of the chain (fused, split) give the inline engine's pixels, over HTTP and for a
+live frame: a table of (placement, surface) rows, one Serve instance, one app per placement.
+
+The classic swapper with the real SCRFD detector (a real swap; no stand-in is involved). HTTP
+answers PNG (lossless): equal pixels. A live result is a JPEG: it is compared with the engine's
+frame through the same encoder at quality 100, so equal pixels give equal bytes. Rows for more
+runners or surfaces are one line each in ``CASES``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+import pytest
+import requests
+
+from fusion_ray.config import EngineConfig, RuntimeConfig, SwapConfig
+from fusion_ray.engine import Engine
+from fusion_ray.imageio import read_image
+from fusion_ray.live.client import register_source, run_stream
+from fusion_ray.live.sources import JpegClip
+from fusion_ray.live.stream import encode_jpeg
+from tests.procs import free_port
+
+pytestmark = pytest.mark.ray
+
+PLACEMENTS = ("fused", "split")
+DEPLOYMENTS = {"fused": {"Fused", "ServiceState"}, "split": {"Detector", "Swapper", "ServiceState"}}
+
+
+@dataclass(frozen=True)
+class Case:
+    placement: str
+    surface: str  # "http" (POST /v1/swap, PNG) or "live" (one frame of a /v1/stream stream, JPEG)
+    target: str   # a photo of the shared assets
+    select: str = "all"
+
+
+CASES = [
+    Case("fused", "http", "biden"),
+    Case("split", "http", "biden"),
+    Case("fused", "http", "obama_and_biden", "largest"),
+    Case("split", "http", "obama_and_biden", "largest"),
+    Case("fused", "live", "biden"),
+    Case("split", "live", "biden"),
+    Case("fused", "live", "obama_and_biden"),
+    Case("split", "live", "obama_and_biden"),
+]
+
+
+@pytest.fixture(scope="module")
+def apps(ray_cluster, models_config):
+    """One app per placement, under route prefixes /fused and /split."""
+    from ray import serve
+
+    from fusion_ray.serve.app import build_app
+
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        for placement in PLACEMENTS:
+            args = {
+                "placement": placement,
+                "engine": {"models": models_config.model_dump(mode="json"), "runtime": {"providers": ["cpu"]},
+                           "swap": {"swapper": "classic"}},
+                "deployments": {"ingress": {"num_cpus": 0.1}, "detector": {"num_cpus": 0.1},
+                                "swapper": {"num_cpus": 0.05}, "fused": {"num_cpus": 0.1, "cpu_budget": 1},
+                                "enhancer_enabled": False, "state": {"num_cpus": 0.05}},
+                "auth": {"token": None, "token_env": None, "metrics_public": True},
+                "live": {"deadline_ms": 5000},
+            }
+            serve.run(build_app(args), name=f"fusion_ray_{placement}", route_prefix=f"/{placement}")
+        yield {p: f"http://127.0.0.1:{port}/{p}" for p in PLACEMENTS}
+    finally:
+        serve.shutdown()
+
+
+@pytest.fixture(scope="module")
+def engine(models_config):
+    cfg = EngineConfig(models=models_config, runtime=RuntimeConfig(providers=["cpu"]), swap=SwapConfig(swapper="classic"))
+    return Engine.load(cfg, components=["detector"], cpu_budget=1)
+
+
+@pytest.fixture(scope="module")
+def sources(apps, images_dir):
+    photo = (images_dir / "obama.jpg").read_bytes()
+    return {p: register_source(base, photo, "obama.jpg") for p, base in apps.items()}
+
+
+LIVE_SIDE = 960  # live frames are camera-sized: the photos are scaled to this longest side
+
+
+def _target(images_dir, case: Case) -> np.ndarray:
+    frame = read_image(images_dir / f"{case.target}.jpg").frame
+    if case.surface != "live":
+        return frame
+    scale = LIVE_SIDE / max(frame.shape[:2])
+    return cv2.resize(frame, (round(frame.shape[1] * scale), round(frame.shape[0] * scale)),
+                      interpolation=cv2.INTER_AREA)
+
+
+def _inline(engine: Engine, images_dir, case: Case) -> np.ndarray:
+    cfg = engine.cfg.model_copy(update={"selection": engine.cfg.selection.model_copy(update={"mode": case.select})})
+    inline = Engine(cfg, engine.models)
+    identity = inline.prepare_source([read_image(images_dir / "obama.jpg").frame])
+    return inline.process_frame(_target(images_dir, case), identity).frame
+
+
+def _http(base: str, source_id: str, target: bytes, case: Case) -> np.ndarray:
+    response = requests.post(f"{base}/v1/swap", files=[("target", ("t.jpg", target, "image/jpeg"))],
+                             data={"source_id": source_id, "format": "png", "select": case.select}, timeout=120)
+    assert response.status_code == 200, response.text
+    return cv2.imdecode(np.frombuffer(response.content, np.uint8), cv2.IMREAD_COLOR)
+
+
+def _live(base: str, source_id: str, target: np.ndarray, case: Case) -> np.ndarray:
+    got: list[bytes] = []
+    frame = cv2.imencode(".png", target)[1].tobytes()
+    start = {"source_id": source_id, "select": case.select, "quality": 100, "deadline_ms": 5000}
+    report = asyncio.run(run_stream(base.replace("http://", "ws://") + "/v1/stream", start,
+                                    JpegClip([frame], fps=2, loop=False), on_result=lambda seq, image: got.append(image),
+                                    drain_s=60.0))
+    assert report.received == 1, (report.dropped, report.errors)
+    return cv2.imdecode(np.frombuffer(got[0], np.uint8), cv2.IMREAD_COLOR)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.placement}-{c.surface}-{c.target}-{c.select}")
+def test_every_placement_gives_the_inline_engines_pixels(case, apps, sources, engine, images_dir):
+    expected = _inline(engine, images_dir, case)
+    assert not np.array_equal(expected, _target(images_dir, case))  # a visible swap
+    base, source_id = apps[case.placement], sources[case.placement]
+    if case.surface == "http":
+        got = _http(base, source_id, (images_dir / f"{case.target}.jpg").read_bytes(), case)
+    else:
+        got = _live(base, source_id, _target(images_dir, case), case)
+        expected = cv2.imdecode(np.frombuffer(encode_jpeg(expected, 100), np.uint8), cv2.IMREAD_COLOR)
+    assert got.shape == expected.shape and np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_each_placement_deploys_its_own_graph(placement, apps):
+    ready = requests.get(f"{apps[placement]}/readyz", timeout=60)
+    assert ready.status_code == 200, ready.text
+    assert set(ready.json()["deployments"]) == DEPLOYMENTS[placement]
+
+
+@pytest.fixture(scope="module")
+def fused_level2(apps, models_config):
+    """A fused app whose streams step straight down to level 2 and stay there: detection on every 3rd
+    frame, the stream's follower carried to the fused replica with each frame and back."""
+    from ray import serve
+
+    from fusion_ray.serve.app import build_app
+
+    args = {
+        "placement": "fused",
+        "engine": {"models": models_config.model_dump(mode="json"), "runtime": {"providers": ["cpu"]},
+                   "swap": {"swapper": "classic"}},
+        "deployments": {"ingress": {"num_cpus": 0.05}, "fused": {"num_cpus": 0.05, "cpu_budget": 1},
+                        "enhancer_enabled": False, "state": {"num_cpus": 0.05}},
+        "auth": {"token": None, "token_env": None, "metrics_public": True},
+        "live": {"deadline_ms": 3000, "stats_interval_s": 0.2,
+                 "ladder": {"allowed_levels": [0, 2], "degrade_latency": 0.001, "recover_latency": 0.001,
+                            "degrade_after_s": 0.2, "recover_after_s": 600, "detect_every": 3}},
+    }
+    serve.run(build_app(args), name="fusion_ray_fused_level2", route_prefix="/fused_l2")
+    return apps["fused"].replace("/fused", "/fused_l2")
+
+
+def test_a_fused_stream_at_level_2_swaps_every_frame_it_delivers(fused_level2, images_dir, engine, tmp_path):
+    """Level 2 through the fused replica never delivers a face left unswapped or pasted elsewhere (that
+    the follower crosses to the replica and back and follows there: tests/core/test_frames.py)."""
+    from fractions import Fraction
+
+    from fusion_ray.live.sources import encode_frame
+    from fusion_ray.video.decode import decode_all
+    from fusion_ray.video.synthetic import make_test_video
+
+    clip = make_test_video(tmp_path / "clip.mp4", face_image=read_image(images_dir / "biden.jpg").frame, n_frames=24,
+                           fps=Fraction(30), audio=False)
+    frames = [d.frame for d in decode_all(clip)] * 2
+    jpegs = [encode_frame(f, 90) for f in frames]
+    source = register_source(fused_level2, (images_dir / "obama.jpg").read_bytes(), "obama.jpg")
+    got: dict[int, bytes] = {}
+    report = asyncio.run(run_stream(fused_level2.replace("http://", "ws://") + "/v1/stream", {"source_id": source},
+                                    JpegClip(jpegs, fps=6, loop=False), drain_s=10.0,
+                                    on_result=lambda seq, image: got.__setitem__(seq, image)))
+    assert any(stats["level"] == 2 for stats in report.stats)
+    late = [seq for seq in report.received_seqs if seq >= 24]  # well after the step down
+    assert len(late) >= 3
+    for seq in late:  # the face changed (swapped, detected or followed), the rest did not
+        sent = cv2.imdecode(np.frombuffer(jpegs[seq], np.uint8), cv2.IMREAD_COLOR)
+        out = cv2.imdecode(np.frombuffer(got[seq], np.uint8), cv2.IMREAD_COLOR)
+        diff = np.abs(sent.astype(np.int16) - out.astype(np.int16)).mean(axis=2)
+        x0, y0, x1, y1 = (int(v) for v in max(engine.detect(sent), key=lambda f: f.area).bbox_xyxy)
+        inside = np.zeros(diff.shape, bool)
+        inside[y0:y1, x0:x1] = True
+        assert diff[inside].mean() > 4 * diff[~inside].mean() and diff[~inside].mean() < 3, seq
