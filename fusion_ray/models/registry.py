@@ -65,6 +65,8 @@ class ModelSpec:
     licence_url: str
     approx_size_mb: float
     description: str
+    fp16_form: str | None = None
+    """Registry name of this model's fp16 export, used at precision fp16 on CUDA."""
 
     @property
     def hash_file_name(self) -> str:
@@ -136,6 +138,7 @@ _SPECS: tuple[ModelSpec, ...] = (
             "latent (normed embedding @ emap, the graph's last 512x512 initializer, then "
             "normalised); output RGB in [0, 1]."
         ),
+        fp16_form="inswapper_128_fp16",
     ),
     ModelSpec(
         name="inswapper_128_fp16",
