@@ -14,6 +14,7 @@ from fusion_ray import __version__
 from fusion_ray.core.modelset import ModelInfo
 
 STAND_IN_KEY = "fusion_ray.stand_in_models"
+PRECISION_KEY = "fusion_ray.precision"
 
 
 @dataclass(frozen=True)
@@ -22,12 +23,19 @@ class Provenance:
 
     stand_in_models: tuple[str, ...] = ()
     software: str = f"fusion_ray {__version__}"
+    precisions: tuple[tuple[str, str], ...] = ()
+    """(model name, precision that ran), by name."""
 
     @classmethod
     def of(cls, info: Mapping[str, ModelInfo], used: Iterable[str] | None = None) -> Provenance:
         """From model info, restricted to the model names ``used`` (default: all of them)."""
         names = set(info) if used is None else set(used)
-        return cls(tuple(sorted(n for n, item in info.items() if n in names and item.stand_in)))
+        return cls(tuple(sorted(n for n, item in info.items() if n in names and item.stand_in)),
+                   precisions=tuple(sorted((n, item.precision) for n, item in info.items() if n in names)))
+
+    def precision_text(self) -> str:
+        """``scrfd_2.5g=int8,inswapper_128=fp32`` ('' when no model ran)."""
+        return ",".join(f"{name}={precision}" for name, precision in self.precisions)
 
     @property
     def is_stand_in(self) -> bool:
@@ -43,6 +51,8 @@ class Provenance:
     def metadata(self) -> dict[str, str]:
         """Key/value metadata (PNG tEXt chunks; joined into the JPEG comment)."""
         meta = {"Software": self.software}
+        if self.precisions:
+            meta[PRECISION_KEY] = self.precision_text()
         if self.stand_in_models:
             meta[STAND_IN_KEY] = ",".join(self.stand_in_models)
             meta["Comment"] = ("made with fusion_ray STAND-IN models (" + ", ".join(self.stand_in_models)

@@ -160,8 +160,7 @@ def calibration_frames(photos: Sequence[Frame], recipe: CalibrationRecipe) -> It
         yield collage_frame(photos, rng)
 
 
-def detector_blobs(frames: Iterator[Frame] | Sequence[Frame], spec: ModelSpec, cfg: DetectorConfig,
-                   model_hw: tuple[int | None, int | None] = (None, None)) -> Iterator[np.ndarray]:
-    """Each frame as the detector's input tensor, through its own canvas plan and normalisation."""
-    for frame in frames:
-        yield frame_to_blob(frame, plan_input(frame.shape[:2], cfg, model_hw), spec)
+def frame_blob(frame: Frame, spec: ModelSpec, cfg: DetectorConfig,
+               model_hw: tuple[int | None, int | None] = (None, None)) -> np.ndarray:
+    """A frame as the detector's input tensor, through its own canvas plan and normalisation."""
+    return frame_to_blob(frame, plan_input(frame.shape[:2], cfg, model_hw), spec)

@@ -163,14 +163,14 @@ def detector_int8(located: LocatedModel, spec: ModelSpec, request: Int8Request,
     if not frames:
         log.warning("none of the calibration photos %s can be read; running %s at FP32", photos, spec.name)
         return None
-    total = len(frames) + request.recipe.augmented + request.recipe.collages
+    calibration = list(cal.calibration_frames(frames, request.recipe))
     log.warning("building the INT8 detector from %s once (calibrating on %d frames made from %d photo(s)); "
-                "later runs load it from the cache", located.path.name, total, len(frames))
+                "later runs load it from the cache", located.path.name, len(calibration), len(frames))
 
-    def blobs():  # type: ignore[no-untyped-def]
-        return cal.detector_blobs(cal.calibration_frames(frames, request.recipe), spec, request.detector)
+    def to_blob(frame: np.ndarray) -> np.ndarray:
+        return cal.frame_blob(frame, spec, request.detector)
 
-    return quantize.build_cached(located.path, request.models_dir, key, blobs, total=total,
+    return quantize.build_cached(located.path, request.models_dir, key, calibration, to_blob,
                                  progress=progress or _log_progress(spec.name))
 
 

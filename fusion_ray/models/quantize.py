@@ -24,7 +24,7 @@ import json
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,26 +97,38 @@ def find_cached(source: Path, models_dir: Path, key: Int8Key) -> Path | None:
 
 
 class _Reader:
-    """An ``onnxruntime.quantization.CalibrationDataReader`` over an iterator of tensors."""
+    """An ``onnxruntime.quantization.CalibrationDataReader`` over ``items`` made into tensors one
+    at a time, with the ``__len__``/``set_range`` that ``CalibStridedMinMax`` uses: ranges are
+    then merged after every stride, so only one frame's activations are held at once.
 
-    def __init__(self, input_name: str, blobs: Iterator[np.ndarray], total: int, progress: Progress | None) -> None:
+    (``CalibMaxIntermediateOutputs`` is no substitute: in ONNX Runtime 1.31 MinMax drops the
+    outputs collected so far when that count is reached, instead of merging their ranges.)
+    """
+
+    def __init__(self, input_name: str, items: Sequence[Any], to_blob: Callable[[Any], np.ndarray],
+                 progress: Progress | None) -> None:
         self.input_name = input_name
-        self.blobs = blobs
-        self.total = total
-        self.done = 0
+        self.items = items
+        self.to_blob = to_blob
         self.progress = progress
+        self.position = self.end = 0
+        self.done = 0
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def set_range(self, start_index: int, end_index: int) -> None:
+        self.position, self.end = start_index, min(end_index, len(self.items))
 
     def get_next(self) -> dict[str, np.ndarray] | None:
-        blob = next(self.blobs, None)
-        if blob is None:
+        if self.position >= self.end:
             return None
+        blob = self.to_blob(self.items[self.position])
+        self.position += 1
         self.done += 1
         if self.progress is not None:
-            self.progress(self.done, self.total)
+            self.progress(self.done, len(self.items))
         return {self.input_name: blob}
-
-    def rewind(self) -> None:  # part of the reader protocol; one pass is all MinMax needs
-        pass
 
 
 def output_heads(graph: Any) -> list[str]:
@@ -134,9 +146,10 @@ def output_heads(graph: Any) -> list[str]:
     return names
 
 
-def quantize_model(source: Path, dest: Path, blobs: Iterator[np.ndarray], *, total: int,
+def quantize_model(source: Path, dest: Path, items: Sequence[Any], to_blob: Callable[[Any], np.ndarray], *,
                    progress: Progress | None = None, float_heads: bool = True) -> None:
-    """Write the INT8 QDQ copy of ``source`` to ``dest`` (atomically), calibrated on ``blobs``.
+    """Write the INT8 QDQ copy of ``source`` to ``dest`` (atomically), calibrated on
+    ``to_blob(item)`` for each of ``items``.
 
     Raises whatever ONNX Runtime or the file system raises; nothing is left at ``dest`` then.
     """
@@ -156,11 +169,11 @@ def quantize_model(source: Path, dest: Path, blobs: Iterator[np.ndarray], *, tot
         quantized = Path(work) / "int8.onnx"
         with _quiet_preprocess_hint():
             quantize_static(
-                str(opset13), str(quantized), _Reader(input_name, blobs, total, progress),
+                str(opset13), str(quantized), _Reader(input_name, items, to_blob, progress),
                 quant_format=QuantFormat.QDQ, per_channel=True, weight_type=QuantType.QInt8,
                 activation_type=QuantType.QUInt8, calibrate_method=CalibrationMethod.MinMax,
                 nodes_to_exclude=exclude,
-                extra_options={"CalibMaxIntermediateOutputs": 4, "CalibTensorRangeSymmetric": False})
+                extra_options={"CalibStridedMinMax": 1, "CalibTensorRangeSymmetric": False})
         _smoke_test(ort, quantized, input_name)
         with atomic_path(dest) as tmp:
             tmp.write_bytes(quantized.read_bytes())
@@ -196,18 +209,17 @@ def write_record(path: Path, key: Int8Key, frames: int, seconds: float) -> None:
     atomic_write_text(record_of(path), json.dumps(body, indent=2) + "\n")
 
 
-def build_cached(source: Path, models_dir: Path, key: Int8Key, blobs: Callable[[], Iterator[np.ndarray]], *,
-                 total: int, progress: Progress | None = None) -> Path | None:
+def build_cached(source: Path, models_dir: Path, key: Int8Key, items: Sequence[Any],
+                 to_blob: Callable[[Any], np.ndarray], *, progress: Progress | None = None) -> Path | None:
     """Build the INT8 copy for ``key`` in the first cache folder that takes it; None (with a
-    warning naming the cause) when no folder does or the quantisation fails. ``blobs`` makes a
-    fresh iterator of calibration tensors for each try."""
+    warning naming the cause) when no folder does or the quantisation fails."""
     start = time.monotonic()
     failures: list[str] = []
     for folder in cache_dirs(models_dir):
         dest = folder / key.file_name(source)
         try:
-            quantize_model(source, dest, blobs(), total=total, progress=progress)
-            write_record(dest, key, total, time.monotonic() - start)
+            quantize_model(source, dest, items, to_blob, progress=progress)
+            write_record(dest, key, len(items), time.monotonic() - start)
         except OSError as exc:  # a read-only folder or a full disk: try the next folder
             failures.append(f"{folder}: {exc}")
             _remove(dest)
