@@ -5,16 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
-from fusion_ray.bench.precision import ISSUE_19_THRESHOLDS, compare_detections, landmark_error
-from fusion_ray.config import DetectorConfig
+from fusion_ray.bench.precision import compare_detections, landmark_error
+from fusion_ray.bench.precision_bench import compare_models, evaluation_frames
 from fusion_ray.models import calibration as cal
-from fusion_ray.models.detector import ScrfdDetector
-from fusion_ray.models.registry import get_spec
 from fusion_ray.types import Face
-from fusion_ray.video import decode_all, make_test_video
 
 
 def face(x: float, y: float, size: float, score: float) -> Face:
@@ -33,31 +29,12 @@ def test_the_comparison_counts_misses_shifts_and_extra_faces() -> None:
     assert result.failures() == ["recall 0.500 < 0.99", "landmark error 0.0200 > 0.01", "1 extra face(s)"]
 
 
-def _detector(path: Path, threshold: float = 0.5) -> ScrfdDetector:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    return ScrfdDetector(session, get_spec("scrfd_2.5g"), DetectorConfig(score_threshold=threshold))
-
-
-def _evaluation_frames(images_dir: Path, tmp_path: Path) -> list[np.ndarray]:
-    """The shared photos, augmentations drawn with another seed than calibration's, and every 10th
-    frame of a generated clip of each single-face photo sweeping across a background."""
-    photos = cal.read_photos(cal.calibration_images(images_dir))
-    frames = list(photos)
-    generated = cal.calibration_frames(photos, cal.CalibrationRecipe(augmented=24, collages=12, seed=7))
-    frames += list(generated)[len(photos):]
-    for k, photo in enumerate(photos[:2]):
-        clip = make_test_video(tmp_path / f"clip{k}.mp4", face_image=photo, n_frames=60, audio=False)
-        frames += [d.frame for d in decode_all(clip) if d.index % 10 == 0]
-    return frames
-
-
 def test_int8_detector_meets_issue_19_against_fp32(int8_models_dir: Path, scrfd_path: Path, images_dir: Path,
                                                    tmp_path: Path) -> None:
+    """The shared photos, augmentations of them drawn with another seed than calibration's, and
+    every 10th frame of generated clips (the benchmark's frames, at a smaller count)."""
     (int8_path,) = int8_models_dir.glob("scrfd_2.5g.int8.*.onnx")
-    frames = _evaluation_frames(images_dir, tmp_path)
-    fp32, int8 = _detector(scrfd_path, threshold=0.4), _detector(int8_path)
-    result = compare_detections([fp32.detect(f) for f in frames], [int8.detect(f) for f in frames])
-    assert result.reference_faces >= 100
-    assert result.failures(ISSUE_19_THRESHOLDS) == [], result.as_dict()
+    frames = evaluation_frames(cal.read_photos(cal.calibration_images(images_dir)), tmp_path)
+    result = compare_models(scrfd_path, int8_path, frames)
+    assert result["reference_faces"] >= 100
+    assert result["failures"] == [], result
