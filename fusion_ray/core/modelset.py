@@ -19,6 +19,7 @@ from fusion_ray.errors import FusionRayError
 from fusion_ray.models.detector import ScrfdDetector
 from fusion_ray.models.embedder import ArcFaceEmbedder
 from fusion_ray.models.enhancer import GfpganEnhancer
+from fusion_ray.models.fp16 import fp16_copy
 from fusion_ray.models.precision import Int8Request, detector_int8, resolve_precision
 from fusion_ray.models.quantize import Progress
 from fusion_ray.models.registry import get_spec
@@ -151,7 +152,12 @@ class _Opener:
     cpu_budget: float | None
     progress: Progress | None
 
+    @property
+    def cuda_first(self) -> bool:
+        return resolve_providers(self.cfg.runtime)[0] == "cuda"
+
     def open(self, component: Component, name: str) -> _Opened:
+        requested_name = name
         precision, name = planned_precision(self.cfg, component, name, self.store)
         located = self.store.locate(name)
         path = located.path
@@ -160,6 +166,9 @@ class _Opener:
             asked = self.cfg.models.precision.get(component, "auto") == "int8"
             built = detector_int8(located, get_spec(name), request, self.progress, asked=asked)
             path, precision = (built, "int8") if built is not None else (located.path, "fp32")
+        elif precision == "fp16" and self.cuda_first and name == requested_name:  # no fp16 export: convert
+            copy = fp16_copy(located, self.store.root)
+            path, precision = (copy, "fp16") if copy is not None else (located.path, "fp32")
         session, info = create_session(path, self.cfg.runtime, cpu_budget=self.cpu_budget, precision=precision)
         log.info("%s runs at %s from %s", name, precision, path)
         return _Opened(session, located, path, info.providers, precision)
@@ -168,13 +177,14 @@ class _Opener:
 def planned_precision(cfg: EngineConfig, component: Component, name: str,
                       store: ModelStore) -> tuple[str, str]:
     """(precision, model name) for ``component``: the configured precision resolved on the
-    providers; the name is the registry's fp16 export when fp16 runs on CUDA and its file is present."""
+    providers; the name is the registry's fp16 export when fp16 runs on CUDA and its file is present
+    (without one, the loader converts a copy: every model has an fp16 form on CUDA)."""
     spec = get_spec(name)
     fp16_present = spec.fp16_form is not None and store.path_for(spec.fp16_form).is_file()
     providers = resolve_providers(cfg.runtime)
     precision = resolve_precision(spec.kind, cfg.models.precision.get(component, "auto"), providers,
-                                  has_fp16_form=fp16_present, tensorrt_fp16=cfg.runtime.tensorrt_fp16)
-    if precision == "fp16" and providers[0] == "cuda" and spec.fp16_form is not None:
+                                  has_fp16_form=True, tensorrt_fp16=cfg.runtime.tensorrt_fp16)
+    if precision == "fp16" and providers[0] == "cuda" and spec.fp16_form is not None and fp16_present:
         return precision, spec.fp16_form
     return precision, name
 

@@ -3,11 +3,11 @@
 ``resolve_precision`` turns a requested precision (``auto|fp32|fp16|int8``) into the one that
 can run on the session's providers:
 
-- ``auto``: INT8 for the detector on CPU (2.3x to 2.7x faster per call, issue 19); FP16 on
-  TensorRT (an fp16 engine from the fp32 file, when ``runtime.tensorrt_fp16``) and on CUDA
-  where the registry names an fp16 export (``inswapper_128_fp16``); FP32 otherwise.
-- ``fp16`` on CPU runs FP32 (ONNX Runtime's CPU kernels gain nothing from fp16); on CUDA
-  without an fp16 export it runs FP32 too, with a warning.
+- ``auto``: INT8 for the detector on CPU (issue 19); FP16 on TensorRT (an fp16 engine from the
+  fp32 file, when ``runtime.tensorrt_fp16``) and on CUDA (the registry's fp16 export,
+  ``inswapper_128_fp16``, when present, else a converted copy, :mod:`fusion_ray.models.fp16`);
+  FP32 otherwise.
+- ``fp16`` on CPU runs FP32 (ONNX Runtime's CPU kernels gain nothing from fp16).
 - ``int8`` (the detector only): the INT8 copy made by :func:`detector_int8`, on any provider.
 
 :func:`detector_int8` finds or builds the cached INT8 detector (see
