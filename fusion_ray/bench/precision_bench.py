@@ -110,8 +110,8 @@ def calibration_study(source: Path, photo_paths: Sequence[Path], frames: Sequenc
         out = work / f"study_{len(rows)}.onnx"
         start = time.perf_counter()
         quantize_model(source, out, items, lambda f: cal.frame_blob(f, spec, cfg), float_heads=float_heads)
-        row = {"calibration": name, "frames": len(items), "float_heads": float_heads,
-               "build_s": round(time.perf_counter() - start, 1), **compare_models(source, out, frames)}
+        row = {"calibration": name, "float_heads": float_heads, "build_s": round(time.perf_counter() - start, 1),
+               **compare_models(source, out, frames), "calibration_frames": len(items)}
         row.update(time_per_call({"fp32": source, "int8": out}, [1], runs=15)[0])
         rows.append(row)
     return rows

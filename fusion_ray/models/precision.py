@@ -78,7 +78,12 @@ def calibration_sources(cfg: ModelsConfig, models_dir: Path) -> list[Path]:
         return cal.calibration_images(calibration_folder(models_dir))
     found: list[Path] = []
     for item in cfg.calibration:
-        found.extend(cal.calibration_images(item) if item.is_dir() else [item])
+        if item.is_dir():
+            found.extend(cal.calibration_images(item))
+        elif item.is_file():
+            found.append(item)
+        else:
+            log.warning("calibration photo %s not found; skipped", item)
     return found
 
 
