@@ -4,7 +4,9 @@ Speed: the same input tensor (a 640x360 frame on its 640x384 canvas, the real cl
 through the FP32 and INT8 sessions, alternating call by call so that both see the same load,
 on one and on two intra-op threads; the median of ``runs`` calls after ``warmup``.
 
-Quality: :func:`fusion_ray.bench.precision.compare_detections` on :func:`evaluation_frames`.
+Quality: :func:`fusion_ray.bench.precision.compare_detections` on :func:`evaluation_frames`,
+and on the crops tracking re-detects faces in (:func:`roi_quality`: square 192 and 320 canvases,
+which calibration at the 640 canvases does not see).
 The calibration study quantises the detector from several calibration sets (the photos alone,
 their augmentations, one photo's augmentations: a user whose calibration comes from one input)
 and compares each against FP32 on the same frames.
@@ -24,8 +26,9 @@ import onnxruntime as ort
 
 from fusion_ray.bench.precision import compare_detections
 from fusion_ray.config import DetectorConfig
+from fusion_ray.core.redetect import roi_for
 from fusion_ray.models import calibration as cal
-from fusion_ray.models.detector import ScrfdDetector
+from fusion_ray.models.detector import DetectorCanvases, ScrfdDetector
 from fusion_ray.models.quantize import quantize_model
 from fusion_ray.models.registry import get_spec
 from fusion_ray.types import Frame
@@ -65,6 +68,27 @@ def compare_models(fp32: Path, int8: Path, frames: Sequence[Frame]) -> dict[str,
     result = compare_detections([reference.detect(f) for f in frames], [candidate.detect(f) for f in frames])
     return {**{k: round(v, 4) if isinstance(v, float) else v for k, v in result.as_dict().items()},
             "failures": result.failures()}
+
+
+def roi_quality(fp32: Path, int8: Path, frames: Sequence[Frame], *, canvases: Sequence[int] = (192, 320),
+                growth: float = 1.6) -> list[dict[str, Any]]:
+    """Issue 19's figures on the crops that tracking re-detects faces in (``roi_for`` around each
+    FP32 face, ``growth`` x its longest side, at least the canvas), run on square canvases."""
+    full = detector(fp32)
+    crops = []
+    for frame in frames:
+        for face in full.detect(frame):
+            box = roi_for(face.bbox_xyxy, frame.shape[:2], growth, min(canvases))
+            if box is not None:
+                crops.append(np.ascontiguousarray(frame[box[1]:box[3], box[0]:box[2]]))
+    rows = []
+    for canvas in canvases:
+        reference = DetectorCanvases(detector(fp32, threshold=0.4)).get(canvas, square=True)
+        candidate = DetectorCanvases(detector(int8)).get(canvas, square=True)
+        result = compare_detections([reference.detect(c) for c in crops], [candidate.detect(c) for c in crops])
+        rows.append({"canvas": canvas, "crops": len(crops), "failures": result.failures(),
+                     **{k: round(v, 4) if isinstance(v, float) else v for k, v in result.as_dict().items()}})
+    return rows
 
 
 def time_per_call(paths: dict[str, Path], threads: Sequence[int], *, runs: int = 30, warmup: int = 5,
@@ -126,6 +150,7 @@ def run(source: Path, int8: Path, photo_paths: Sequence[Path], *, runs: int = 30
         report: dict[str, Any] = {
             "speed": time_per_call({"fp32": source, "int8": int8}, [1, 2], runs=runs),
             "quality": {"frames": len(frames), **compare_models(source, int8, frames)},
+            "roi_quality": roi_quality(source, int8, frames),
         }
         if study:
             report["calibration_study"] = calibration_study(source, photo_paths, frames, Path(tmp))

@@ -57,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     for row in report["speed"]:
         print(json.dumps(row))
     print(json.dumps(report["quality"]))
+    for row in report["roi_quality"]:
+        print(json.dumps(row))
     for row in report.get("calibration_study", []):
         print(json.dumps(row))
     if args.json:

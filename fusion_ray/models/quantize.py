@@ -25,6 +25,7 @@ then runs FP32 with a warning.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import tempfile
@@ -223,8 +224,12 @@ def build_cached(source: Path, models_dir: Path, key: Int8Key, items: Sequence[A
     for folder in cache_dirs(models_dir):
         dest = folder / key.file_name(source)
         try:
-            quantize_model(source, dest, items, to_blob, progress=progress)
-            write_record(dest, key, len(items), time.monotonic() - start)
+            with _build_lock(dest):
+                if record_of(dest).is_file() and check_cached(dest, key):
+                    log.info("INT8 model %s was built by another worker meanwhile", dest.name)
+                    return dest
+                quantize_model(source, dest, items, to_blob, progress=progress)
+                write_record(dest, key, len(items), time.monotonic() - start)
         except OSError as exc:  # a read-only folder or a full disk: try the next folder
             failures.append(f"{folder}: {exc}")
             _remove(dest)
@@ -238,6 +243,19 @@ def build_cached(source: Path, models_dir: Path, key: Int8Key, items: Sequence[A
         return dest
     log.warning("cannot write an INT8 copy of %s (%s); running it at FP32", source.name, "; ".join(failures))
     return None
+
+
+@contextlib.contextmanager
+def _build_lock(dest: Path) -> Iterator[None]:
+    """An exclusive lock on ``.<dest name>.lock`` beside ``dest`` while building it, so workers
+    starting together (a job's actors) build it once and the others load it."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.parent / f".{dest.name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _remove(dest: Path) -> None:

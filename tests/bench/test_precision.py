@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fusion_ray.bench.precision import compare_detections, landmark_error
-from fusion_ray.bench.precision_bench import compare_models, evaluation_frames
+from fusion_ray.bench.precision_bench import compare_models, evaluation_frames, roi_quality
 from fusion_ray.models import calibration as cal
 from fusion_ray.types import Face
 
@@ -38,3 +38,5 @@ def test_int8_detector_meets_issue_19_against_fp32(int8_models_dir: Path, scrfd_
     result = compare_models(scrfd_path, int8_path, frames)
     assert result["reference_faces"] >= 100
     assert result["failures"] == [], result
+    (crops,) = roi_quality(scrfd_path, int8_path, frames, canvases=(192,))  # tracking's re-detection crops
+    assert crops["reference_faces"] >= 100 and crops["failures"] == [], crops

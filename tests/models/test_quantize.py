@@ -44,6 +44,11 @@ def tiny_conv_model(path: Path, *, custom_op: bool = False) -> Path:
 ITEMS = [1, 2, 3, 4]
 
 
+def files(folder: Path) -> list[Path]:
+    """Files under ``folder`` but the (empty) build locks."""
+    return [p for p in folder.rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+
+
 def blob(seed: int) -> np.ndarray:
     return np.random.default_rng(seed).normal(0, 1, (1, 3, 32, 48)).astype(np.float32)
 
@@ -75,7 +80,7 @@ def test_a_model_it_cannot_quantise_falls_back_with_a_warning(tmp_path: Path,
     with caplog.at_level(logging.WARNING, logger="fusion_ray"):
         assert build_cached(source, models, KEY, ITEMS, blob) is None
     assert "running it at FP32" in caplog.text
-    assert not models.exists() or list(models.iterdir()) == []
+    assert not models.exists() or files(models) == []
 
 
 FULL_DISK = """
@@ -100,11 +105,23 @@ def test_a_full_disk_falls_back_and_leaves_no_file(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "None"
     assert "running it at FP32" in done.stderr
-    assert list(models.iterdir()) == []
-    assert not any(p.is_file() for p in (tmp_path / "cache" / "fusion_ray").rglob("*"))
+    assert files(models) == []
+    assert files(tmp_path / "cache" / "fusion_ray") == []
 
 
 def test_output_heads_are_the_convs_that_make_the_outputs(scrfd_path: Path) -> None:
     heads = quantize.output_heads(onnx.load(str(scrfd_path)).graph)
     convs = [n for n in onnx.load(str(scrfd_path)).graph.node if n.name in heads and n.op_type == "Conv"]
     assert len(convs) == 9  # scores, boxes and landmarks for 3 strides
+
+
+def test_workers_starting_together_build_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    source = tiny_conv_model(tmp_path / "tiny.onnx")
+    models = tmp_path / "models"
+    with caplog.at_level(logging.INFO, logger="fusion_ray"), ThreadPoolExecutor(3) as pool:
+        built = list(pool.map(lambda _: build_cached(source, models, KEY, ITEMS, blob), range(3)))
+    assert built == [models / KEY.file_name(source)] * 3 and check_cached(built[0], KEY)
+    assert caplog.text.count("INT8 model written") == 1
+    assert caplog.text.count("built by another worker") == 2
