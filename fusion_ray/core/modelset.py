@@ -152,26 +152,30 @@ class _Opener:
     cpu_budget: float | None
     progress: Progress | None
 
-    @property
-    def cuda_first(self) -> bool:
-        return resolve_providers(self.cfg.runtime)[0] == "cuda"
-
     def open(self, component: Component, name: str) -> _Opened:
-        requested_name = name
-        precision, name = planned_precision(self.cfg, component, name, self.store)
-        located = self.store.locate(name)
-        path = located.path
-        if precision == "int8":
-            request = Int8Request(self.cfg.models, self.store.root, self.cfg.detector)
-            asked = self.cfg.models.precision.get(component, "auto") == "int8"
-            built = detector_int8(located, get_spec(name), request, self.progress, asked=asked)
-            path, precision = (built, "int8") if built is not None else (located.path, "fp32")
-        elif precision == "fp16" and self.cuda_first and name == requested_name:  # no fp16 export: convert
-            copy = fp16_copy(located, self.store.root)
-            path, precision = (copy, "fp16") if copy is not None else (located.path, "fp32")
+        located, path, precision = model_file(self.cfg, component, name, self.store, self.progress,
+                                              convert_fp16=True)
         session, info = create_session(path, self.cfg.runtime, cpu_budget=self.cpu_budget, precision=precision)
-        log.info("%s runs at %s from %s", name, precision, path)
+        log.info("%s runs at %s from %s", located.name, precision, path)
         return _Opened(session, located, path, info.providers, precision)
+
+
+def model_file(cfg: EngineConfig, component: Component, name: str, store: ModelStore,
+               progress: Progress | None = None, *, convert_fp16: bool) -> tuple[LocatedModel, Path, str]:
+    """(located model, file to run, precision) for ``component``: the INT8 detector (found or built
+    now; FP32 when it cannot be), the fp16 export or, with ``convert_fp16``, a converted copy."""
+    precision, chosen = planned_precision(cfg, component, name, store)
+    located = store.locate(chosen)
+    path = located.path
+    if precision == "int8":
+        request = Int8Request(cfg.models, store.root, cfg.detector)
+        asked = cfg.models.precision.get(component, "auto") == "int8"
+        built = detector_int8(located, get_spec(chosen), request, progress, asked=asked)
+        path, precision = (built, "int8") if built is not None else (located.path, "fp32")
+    elif precision == "fp16" and convert_fp16 and chosen == name and resolve_providers(cfg.runtime)[0] == "cuda":
+        copy = fp16_copy(located, store.root)  # no fp16 export registered or present: convert one
+        path, precision = (copy, "fp16") if copy is not None else (located.path, "fp32")
+    return located, path, precision
 
 
 def planned_precision(cfg: EngineConfig, component: Component, name: str,
@@ -200,7 +204,8 @@ def inspect_models(cfg: EngineConfig, components: Iterable[Component] | None = N
     """:class:`ModelInfo` of the models ``cfg`` uses, from their files, without loading a session.
 
     For a driver that loads only some models itself (a job's driver embeds sources; its stage
-    actors load the rest) but must label every output made with a stand-in.
+    actors load the rest) but must label every output made with a stand-in. An INT8 detector is
+    built here (once, cached), so the actors load it and the precision named is the one they run.
     """
     wanted = set(components) if components is not None else required_components(cfg)
     store = store or ModelStore(resolve_models_dir(cfg.models.models_dir), overrides=dict(cfg.models.paths))
@@ -209,8 +214,7 @@ def inspect_models(cfg: EngineConfig, components: Iterable[Component] | None = N
     info: dict[str, ModelInfo] = {}
     for component, name in names.items():
         if component in wanted and name is not None:
-            precision, name = planned_precision(cfg, component, name, store)  # type: ignore[arg-type]
-            located = store.locate(name)
-            info[name] = ModelInfo(name, str(located.path), located.status, (), is_stand_in_file(located.path),
-                                   precision)
+            located, path, precision = model_file(cfg, component, name, store, convert_fp16=False)  # type: ignore[arg-type]
+            info[located.name] = ModelInfo(located.name, str(path), located.status, (),
+                                           is_stand_in_file(located.path), precision)
     return info

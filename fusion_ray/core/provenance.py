@@ -1,7 +1,8 @@
 """``Provenance``: what made an output, written the same way into every output.
 
 Computed once from the :class:`ModelInfo` of the models used; it writes the PNG text chunks,
-the JPEG/MP4 comment, the report field and the HTTP header. A stand-in's output always says
+the JPEG/MP4 comment, the report field and the HTTP header, and names the precision each model
+ran at (``fusion_ray.precision``, and in the comment). A stand-in's output always says
 that it is not a real face swap.
 """
 
@@ -43,10 +44,10 @@ class Provenance:
 
     def comment(self) -> str:
         """One line for a JPEG COM segment or an MP4 comment."""
+        made_by = f"made by {self.software}" + (f" (precision {self.precision_text()})" if self.precisions else "")
         if not self.stand_in_models:
-            return f"made by {self.software}"
-        return (f"made by {self.software} with STAND-IN models ({', '.join(self.stand_in_models)}): "
-                "not a real face swap")
+            return made_by
+        return f"{made_by} with STAND-IN models ({', '.join(self.stand_in_models)}): not a real face swap"
 
     def metadata(self) -> dict[str, str]:
         """Key/value metadata (PNG tEXt chunks; joined into the JPEG comment)."""

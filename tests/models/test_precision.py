@@ -66,6 +66,17 @@ def test_the_engine_loads_the_cached_int8_detector_and_says_so(int8_models_dir: 
     assert fp32.info["scrfd_2.5g"].precision == "fp32" and fp32.info["scrfd_2.5g"].path == str(scrfd_path)
 
 
+def test_a_job_driver_names_the_int8_detector_its_actors_will_load(int8_models_dir: Path, scrfd_path: Path) -> None:
+    from fusion_ray.core.modelset import inspect_models
+
+    cfg = EngineConfig(models=ModelsConfig(models_dir=int8_models_dir, paths={"scrfd_2.5g": scrfd_path}),
+                       runtime=RuntimeConfig(providers=["cpu"]))
+    info = inspect_models(cfg, ["detector"])["scrfd_2.5g"]
+    assert info.precision == "int8" and ".int8." in Path(info.path).name
+    bare = cfg.model_copy(update={"models": cfg.models.model_copy(update={"models_dir": int8_models_dir / "none"})})
+    assert inspect_models(bare, ["detector"])["scrfd_2.5g"].precision == "fp32"  # no calibration photos there
+
+
 def test_no_calibration_photos_runs_fp32(tmp_path: Path, scrfd_path: Path) -> None:
     from fusion_ray.core.modelset import ModelSet
 
