@@ -67,11 +67,11 @@ def draw_faces(frame: Frame, faces: list[Face]) -> Frame:
     return out
 
 
-def _frames(path: Path, every: int) -> Iterator[tuple[int, float | None, Frame]]:
+def _frames(path: Path, every: int, is_video: bool) -> Iterator[tuple[int, float | None, Frame]]:
     """(frame index, time or None, frame): the image, or every ``every``-th frame of the video."""
-    from fusion_ray.video import decode_all, is_video_file
+    from fusion_ray.video import decode_all
 
-    if is_video_file(path):
+    if is_video:
         for decoded in decode_all(path):
             if decoded.index % every == 0:
                 yield decoded.index, decoded.time_s, decoded.frame
@@ -101,18 +101,22 @@ def run(args: argparse.Namespace) -> int:
     if args.every < 1:
         raise InputError(f"--every expects a positive frame step, got {args.every}")
     _check_outputs(args)
+    from fusion_ray.video import is_video_file
+
+    is_video = bool(is_video_file(args.input))
+    if is_video and args.draw is not None and args.draw.suffix:
+        raise InputError(f"--draw for a video names a folder (one PNG per frame), got {args.draw}")
     cfg = engine_config_from_args(args)
     models = ModelSet.load(cfg, ["detector"], cpu_budget=float(os.cpu_count() or 1), progress=_print_progress)
     detector = models.need_detector()
     info = models.info[cfg.models.detector]
     records: list[dict[str, Any]] = []
-    drawn_video = args.draw is not None and args.draw.suffix == ""
-    for index, time_s, frame in _frames(args.input, args.every):
+    for index, time_s, frame in _frames(args.input, args.every, is_video):
         faces = order_faces(detector.detect(frame))
         records.append({"frame": index, "time_s": time_s, "faces": [face_record(i, f) for i, f in enumerate(faces)]})
         _print_frame(index, time_s, faces)
         if args.draw is not None:
-            target = args.draw / f"frame_{index:06d}.png" if drawn_video else args.draw
+            target = args.draw / f"frame_{index:06d}.png" if is_video else args.draw
             _write_drawing(target, draw_faces(frame, faces))
     if args.json is not None:
         body = {"input": str(args.input), "detector": info.name, "precision": info.precision,

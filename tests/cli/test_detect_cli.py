@@ -49,3 +49,4 @@ def test_detect_on_a_video_every_nth_frame(standin_dir: Path, scrfd_path: Path, 
     assert [f["frame"] for f in frames] == [0, 5, 10] and all(len(f["faces"]) == 1 for f in frames)
     assert sorted(p.name for p in drawn.iterdir()) == ["frame_000000.png", "frame_000005.png", "frame_000010.png"]
     assert DetectorConfig().score_threshold <= min(f["faces"][0]["score"] for f in frames)
+    assert main(["detect", str(clip), "--draw", str(tmp_path / "one.png"), *_args(standin_dir, scrfd_path)]) == 2
