@@ -22,15 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 
 from fusion_ray.bench.precision import compare_detections
-from fusion_ray.config import DetectorConfig
+from fusion_ray.config import DetectorConfig, RuntimeConfig
 from fusion_ray.core.redetect import roi_for
 from fusion_ray.models import calibration as cal
 from fusion_ray.models.detector import DetectorCanvases, ScrfdDetector
 from fusion_ray.models.quantize import quantize_model
 from fusion_ray.models.registry import get_spec
+from fusion_ray.models.session import create_session
 from fusion_ray.types import Frame
 from fusion_ray.video import decode_all, make_test_video
 
@@ -39,11 +39,9 @@ EVALUATION_SEED = 7
 
 
 def detector(path: Path, threads: int = 1, threshold: float = 0.5) -> ScrfdDetector:
-    """The SCRFD wrapper over a CPU session of ``path`` with ``threads`` intra-op threads."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    """The SCRFD wrapper over a CPU session of ``path`` with ``threads`` intra-op threads, made
+    as the engine makes its sessions."""
+    session, _ = create_session(path, RuntimeConfig(providers=["cpu"], intra_op_threads=threads), cpu_budget=None)
     return ScrfdDetector(session, get_spec("scrfd_2.5g"), DetectorConfig(score_threshold=threshold))
 
 
