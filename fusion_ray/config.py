@@ -16,6 +16,10 @@ class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+Precision = Literal["auto", "fp32", "fp16", "int8"]
+PrecisionComponent = Literal["detector", "embedder", "swapper", "enhancer"]
+
+
 class RuntimeConfig(_Config):
     """How ONNX Runtime sessions are created."""
 
@@ -25,9 +29,17 @@ class RuntimeConfig(_Config):
         "(TensorRT, then CUDA, then CPU).")
     intra_op_threads: int | None = Field(
         default=None, ge=1, description="Threads per session; None derives it from the caller's CPU budget.")
-    tensorrt_fp16: bool = Field(default=True, description="Let TensorRT build fp16 engines.")
+    tensorrt_fp16: bool = Field(
+        default=True, description="Let precision 'auto' build fp16 TensorRT engines (precision fp16/fp32 "
+        "in models.precision decide for themselves).")
     tensorrt_cache_dir: Path | None = Field(
-        default=None, description="TensorRT engine cache; None puts it beside the models.")
+        default=None, description="TensorRT engine and timing cache; None puts it beside the models.")
+    tensorrt_timing_cache: bool = Field(
+        default=True, description="Keep TensorRT's layer timing cache beside the engines (faster rebuilds).")
+    cudnn_conv_algo_search: Literal["EXHAUSTIVE", "HEURISTIC", "DEFAULT"] = Field(
+        default="HEURISTIC", description="CUDA provider: how cuDNN picks convolution algorithms. EXHAUSTIVE "
+        "benchmarks them for every new input shape (the detector's canvas changes with the frame's shape, "
+        "so first calls stall); HEURISTIC asks cuDNN's heuristics.")
     device_id: int = Field(default=0, ge=0, description="GPU index for CUDA / TensorRT.")
 
 
@@ -42,6 +54,23 @@ class ModelsConfig(_Config):
     embedder: str = "arcface_w600k_r50"
     swapper: str = "inswapper_128"
     enhancer: str = "gfpgan_1.4"
+    precision: dict[PrecisionComponent, Precision] = Field(
+        default_factory=dict, description="Precision per component (auto|fp32|fp16|int8; missing: auto). "
+        "auto: int8 for the detector on CPU, fp16 on CUDA/TensorRT where the model has an fp16 form, "
+        "else fp32. int8 is for the detector only.")
+    calibration: list[Path] = Field(
+        default_factory=list, description="Photos (files or folders) INT8 models are calibrated from; "
+        "empty: the 'calibration' folder of the models directory.")
+    calibration_seed: list[Path] = Field(
+        default_factory=list, description="Images or videos that fill an empty default calibration folder "
+        "(the command's own input, set by the CLI): a new user gets INT8 with no extra step.")
+
+    @model_validator(mode="after")
+    def _int8_is_for_the_detector(self) -> ModelsConfig:
+        wrong = sorted(c for c, p in self.precision.items() if p == "int8" and c != "detector")
+        if wrong:
+            raise ValueError(f"precision int8 is for the detector only, got it for {', '.join(wrong)}")
+        return self
 
 
 class DetectorConfig(_Config):

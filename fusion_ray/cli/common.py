@@ -25,6 +25,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--model", action="append", default=[], metavar="NAME=PATH",
                        help="use this file for model NAME, e.g. scrfd_2.5g=/x/scrfd_2.5g.onnx (repeatable)")
     group.add_argument("--providers", help="comma-separated execution providers: tensorrt,cuda,cpu (default: auto)")
+    group.add_argument("--precision", metavar="COMPONENT=P[,...]",
+                       help="precision per component, P in auto|fp32|fp16|int8, e.g. detector=int8,swapper=fp16 "
+                       "(default auto: int8 detector on CPU, fp16 on CUDA/TensorRT where possible, else fp32)")
     group.add_argument("--detector-size", type=int, help="detector input size, a multiple of 32 (default 640)")
     group.add_argument("--no-tracking", dest="tracking", action="store_false", default=None,
                        help="videos: detect faces on every frame instead of tracking them (images never track)")
@@ -38,6 +41,29 @@ def parse_model_paths(items: list[str]) -> dict[str, Path]:
             raise ConfigError(f"--model expects NAME=PATH, got {item!r}")
         paths[name.strip()] = Path(path.strip())
     return paths
+
+
+def parse_precision(text: str) -> dict[str, str]:
+    """``detector=int8,swapper=fp16`` as a mapping (the values are checked by the config)."""
+    result: dict[str, str] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise ConfigError(f"--precision expects COMPONENT=PRECISION[,...], got {item!r}")
+        result[name.strip().lower()] = value.strip().lower()
+    return result
+
+
+def calibration_inputs(args: argparse.Namespace) -> list[Path]:
+    """The command's own input images or video (``--target``, ``--source``, ``INPUT``): they fill
+    an empty calibration folder when the INT8 detector is first built."""
+    found: list[Path] = []
+    for attr in ("target", "source", "input"):
+        value = getattr(args, attr, None)
+        found.extend(value if isinstance(value, list) else [value] if isinstance(value, Path) else [])
+    return found
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
@@ -64,6 +90,10 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         data["models"]["paths"] = {**data["models"]["paths"], **parse_model_paths(args.model)}
     if args.providers:
         data["runtime"]["providers"] = [p.strip().lower() for p in args.providers.split(",") if p.strip()]
+    if getattr(args, "precision", None):
+        data["models"]["precision"] = {**data["models"]["precision"], **parse_precision(args.precision)}
+    if not data["models"]["calibration_seed"]:
+        data["models"]["calibration_seed"] = calibration_inputs(args)
     if args.detector_size:
         data["detector"]["size"] = args.detector_size
     if getattr(args, "tracking", None) is False:

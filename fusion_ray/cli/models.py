@@ -1,4 +1,4 @@
-"""``fusion-ray models``: list, download, verify, make-dynamic, make-standins."""
+"""``fusion-ray models``: list, download, verify, quantize, make-dynamic, make-standins."""
 
 from __future__ import annotations
 
@@ -31,6 +31,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = msub.add_parser("verify", help="re-hash model files and check them")
     p.add_argument("names", nargs="*", help="model names (default: all present)")
     p.set_defaults(run=run_verify)
+
+    p = msub.add_parser("quantize", help="build (or check) the cached INT8 detector from calibration photos")
+    p.add_argument("names", nargs="*", help="model names (default: the detectors)")
+    p.add_argument("--calibration", type=Path, action="append", default=[], metavar="PATH",
+                   help="photos or videos (files or folders) to add to <models dir>/calibration first (repeatable)")
+    p.add_argument("--model", action="append", default=[], metavar="NAME=PATH", help="use this file for model NAME")
+    p.set_defaults(run=run_quantize)
 
     p = msub.add_parser("make-dynamic", help="rewrite a model's fixed batch dimension and prove outputs unchanged")
     p.add_argument("src", type=Path)
@@ -121,6 +128,42 @@ def run_verify(args: argparse.Namespace) -> int:
         except FusionRayError as exc:
             failed += 1
             print(f"{name}: FAILED: {exc}", file=sys.stderr)
+    return 0 if failed == 0 else ModelError.exit_code
+
+
+def run_quantize(args: argparse.Namespace) -> int:
+    from fusion_ray.cli.common import parse_model_paths
+    from fusion_ray.cli.detect import _print_progress
+    from fusion_ray.config import DetectorConfig, ModelsConfig
+    from fusion_ray.models.calibration import calibration_images
+    from fusion_ray.models.precision import (
+        Int8Request,
+        calibration_folder,
+        detector_int8,
+        seed_calibration,
+    )
+
+    store = ModelStore(resolve_models_dir(args.models_dir), overrides=parse_model_paths(args.model))
+    specs = [get_spec(n) for n in args.names] if args.names else [s for s in all_specs() if s.kind == "detector"]
+    wrong = [s.name for s in specs if s.kind != "detector"]
+    if wrong:
+        raise InputError(f"INT8 quantisation is for the detector only, got {', '.join(wrong)}")
+    folder = calibration_folder(store.root)
+    inputs = [p for item in args.calibration for p in (calibration_images(item) if item.is_dir() else [item])]
+    missing = [str(p) for p in inputs if not p.is_file()]
+    if missing:
+        raise InputError(f"calibration input not found: {', '.join(missing)}")
+    if inputs:
+        print(f"added {len(seed_calibration(folder, inputs))} calibration frame(s) to {folder}", file=sys.stderr)
+    request = Int8Request(ModelsConfig(), store.root, DetectorConfig())
+    failed = 0
+    for spec in specs:
+        built = detector_int8(store.locate(spec.name), spec, request, _print_progress)
+        if built is None:
+            failed += 1
+            print(f"{spec.name}: no INT8 model (see the warning above); it runs at FP32", file=sys.stderr)
+        else:
+            print(f"{spec.name}: INT8 at {built}")
     return 0 if failed == 0 else ModelError.exit_code
 
 

@@ -11,18 +11,25 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.errors import FusionRayError
 from fusion_ray.models.detector import ScrfdDetector
 from fusion_ray.models.embedder import ArcFaceEmbedder
 from fusion_ray.models.enhancer import GfpganEnhancer
+from fusion_ray.models.fp16 import fp16_copy
+from fusion_ray.models.precision import Int8Request, detector_int8, resolve_precision
+from fusion_ray.models.quantize import Progress
 from fusion_ray.models.registry import get_spec
-from fusion_ray.models.session import create_session
+from fusion_ray.models.session import create_session, resolve_providers
 from fusion_ray.models.standins import is_stand_in as is_stand_in_file
 from fusion_ray.models.store import LocatedModel, ModelStore, resolve_models_dir
 from fusion_ray.models.swapper import InswapperSwapper, read_emap
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +57,8 @@ class ModelInfo:
     status: str
     providers: tuple[str, ...]
     stand_in: bool
+    precision: str = "fp32"
+    """The precision that ran: ``fp32``, ``fp16`` or ``int8`` (see :mod:`fusion_ray.models.precision`)."""
 
 
 @dataclass
@@ -64,8 +73,11 @@ class ModelSet:
 
     @classmethod
     def load(cls, cfg: EngineConfig, components: Iterable[Component] | None = None, *,
-             cpu_budget: float | None = None, store: ModelStore | None = None) -> ModelSet:
-        """Load ``components`` (default: what ``cfg`` needs) with sessions sized to ``cpu_budget``.
+             cpu_budget: float | None = None, store: ModelStore | None = None,
+             progress: Progress | None = None) -> ModelSet:
+        """Load ``components`` (default: what ``cfg`` needs) with sessions sized to ``cpu_budget``,
+        each at the precision ``cfg.models.precision`` resolves to on the providers (an INT8
+        detector is built on first use, ``progress`` reporting its calibration).
 
         The classic swapper has no model: asking for the swapper then loads nothing.
         """
@@ -73,32 +85,30 @@ class ModelSet:
         store = store or ModelStore(resolve_models_dir(cfg.models.models_dir), overrides=dict(cfg.models.paths))
         models = cls()
         names = cfg.models
+        opener = _Opener(store, cfg, cpu_budget, progress)
         if "detector" in wanted:
-            session, located, providers = models._open(store, names.detector, cfg, cpu_budget)
-            models.detector = ScrfdDetector(session, get_spec(names.detector), cfg.detector)
-            models._record(located, providers, models.detector.stand_in)
+            opened = opener.open("detector", names.detector)
+            models.detector = ScrfdDetector(opened.session, get_spec(names.detector), cfg.detector)
+            models._record(opened, models.detector.stand_in)
         if "embedder" in wanted:
-            session, located, providers = models._open(store, names.embedder, cfg, cpu_budget)
-            models.embedder = ArcFaceEmbedder(session, get_spec(names.embedder))
-            models._record(located, providers, models.embedder.stand_in)
+            opened = opener.open("embedder", names.embedder)
+            models.embedder = ArcFaceEmbedder(opened.session, get_spec(names.embedder))
+            models._record(opened, models.embedder.stand_in)
         if "swapper" in wanted and cfg.swap.swapper == "inswapper":
-            session, located, providers = models._open(store, names.swapper, cfg, cpu_budget)
-            models.inswapper = InswapperSwapper(session, get_spec(names.swapper), read_emap(located.path))
-            models._record(located, providers, models.inswapper.stand_in)
+            opened = opener.open("swapper", names.swapper)
+            models.inswapper = InswapperSwapper(opened.session, get_spec(opened.located.name),
+                                                read_emap(opened.located.path))
+            models._record(opened, models.inswapper.stand_in)
         if "enhancer" in wanted:
-            session, located, providers = models._open(store, names.enhancer, cfg, cpu_budget)
-            models.enhancer = GfpganEnhancer(session, get_spec(names.enhancer))
-            models._record(located, providers, models.enhancer.stand_in)
+            opened = opener.open("enhancer", names.enhancer)
+            models.enhancer = GfpganEnhancer(opened.session, get_spec(names.enhancer))
+            models._record(opened, models.enhancer.stand_in)
         return models
 
-    @staticmethod
-    def _open(store: ModelStore, name: str, cfg: EngineConfig, cpu_budget: float | None):  # type: ignore[no-untyped-def]
-        located = store.locate(name)
-        session, info = create_session(located.path, cfg.runtime, cpu_budget=cpu_budget)
-        return session, located, info.providers
-
-    def _record(self, located: LocatedModel, providers: tuple[str, ...], stand_in: bool) -> None:
-        self.info[located.name] = ModelInfo(located.name, str(located.path), located.status, providers, stand_in)
+    def _record(self, opened: _Opened, stand_in: bool) -> None:
+        located = opened.located
+        self.info[located.name] = ModelInfo(located.name, str(opened.path), located.status, opened.providers,
+                                            stand_in, opened.precision)
         if stand_in:
             log.warning("model %s at %s is a STAND-IN generated by fusion_ray, not the real model: "
                         "outputs made with it are not real face swaps", located.name, located.path)
@@ -122,6 +132,67 @@ class ModelSet:
         return sorted(name for name, item in self.info.items() if item.stand_in)
 
 
+@dataclass(frozen=True)
+class _Opened:
+    """A session and what it was made from: the located model, the file run, the precision."""
+
+    session: ort.InferenceSession
+    located: LocatedModel
+    path: Path
+    providers: tuple[str, ...]
+    precision: str
+
+
+@dataclass(frozen=True)
+class _Opener:
+    """Opens each component's session at its resolved precision (see :func:`planned_precision`)."""
+
+    store: ModelStore
+    cfg: EngineConfig
+    cpu_budget: float | None
+    progress: Progress | None
+
+    def open(self, component: Component, name: str) -> _Opened:
+        located, path, precision = model_file(self.cfg, component, name, self.store, self.progress,
+                                              convert_fp16=True)
+        session, info = create_session(path, self.cfg.runtime, cpu_budget=self.cpu_budget, precision=precision)
+        log.info("%s runs at %s from %s", located.name, precision, path)
+        return _Opened(session, located, path, info.providers, precision)
+
+
+def model_file(cfg: EngineConfig, component: Component, name: str, store: ModelStore,
+               progress: Progress | None = None, *, convert_fp16: bool) -> tuple[LocatedModel, Path, str]:
+    """(located model, file to run, precision) for ``component``: the INT8 detector (found or built
+    now; FP32 when it cannot be), the fp16 export or, with ``convert_fp16``, a converted copy."""
+    precision, chosen = planned_precision(cfg, component, name, store)
+    located = store.locate(chosen)
+    path = located.path
+    if precision == "int8":
+        request = Int8Request(cfg.models, store.root, cfg.detector)
+        asked = cfg.models.precision.get(component, "auto") == "int8"
+        built = detector_int8(located, get_spec(chosen), request, progress, asked=asked)
+        path, precision = (built, "int8") if built is not None else (located.path, "fp32")
+    elif precision == "fp16" and convert_fp16 and chosen == name and resolve_providers(cfg.runtime)[0] == "cuda":
+        copy = fp16_copy(located, store.root)  # no fp16 export registered or present: convert one
+        path, precision = (copy, "fp16") if copy is not None else (located.path, "fp32")
+    return located, path, precision
+
+
+def planned_precision(cfg: EngineConfig, component: Component, name: str,
+                      store: ModelStore) -> tuple[str, str]:
+    """(precision, model name) for ``component``: the configured precision resolved on the
+    providers; the name is the registry's fp16 export when fp16 runs on CUDA and its file is present
+    (without one, the loader converts a copy: every model has an fp16 form on CUDA)."""
+    spec = get_spec(name)
+    fp16_present = spec.fp16_form is not None and store.path_for(spec.fp16_form).is_file()
+    providers = resolve_providers(cfg.runtime)
+    precision = resolve_precision(spec.kind, cfg.models.precision.get(component, "auto"), providers,
+                                  has_fp16_form=True, tensorrt_fp16=cfg.runtime.tensorrt_fp16)
+    if precision == "fp16" and providers[0] == "cuda" and spec.fp16_form is not None and fp16_present:
+        return precision, spec.fp16_form
+    return precision, name
+
+
 def _needed(model: ModelT | None, component: str) -> ModelT:
     if model is None:
         raise FusionRayError(f"this worker was loaded without its {component}")
@@ -133,7 +204,8 @@ def inspect_models(cfg: EngineConfig, components: Iterable[Component] | None = N
     """:class:`ModelInfo` of the models ``cfg`` uses, from their files, without loading a session.
 
     For a driver that loads only some models itself (a job's driver embeds sources; its stage
-    actors load the rest) but must label every output made with a stand-in.
+    actors load the rest) but must label every output made with a stand-in. An INT8 detector is
+    built here (once, cached), so the actors load it and the precision named is the one they run.
     """
     wanted = set(components) if components is not None else required_components(cfg)
     store = store or ModelStore(resolve_models_dir(cfg.models.models_dir), overrides=dict(cfg.models.paths))
@@ -142,6 +214,7 @@ def inspect_models(cfg: EngineConfig, components: Iterable[Component] | None = N
     info: dict[str, ModelInfo] = {}
     for component, name in names.items():
         if component in wanted and name is not None:
-            located = store.locate(name)
-            info[name] = ModelInfo(name, str(located.path), located.status, (), is_stand_in_file(located.path))
+            located, path, precision = model_file(cfg, component, name, store, convert_fp16=False)  # type: ignore[arg-type]
+            info[located.name] = ModelInfo(located.name, str(path), located.status, (),
+                                           is_stand_in_file(located.path), precision)
     return info

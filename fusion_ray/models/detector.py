@@ -65,6 +65,25 @@ def plan_input(frame_hw: tuple[int, int], cfg: DetectorConfig,
     return DetectorInput(canvas, resized, scale)
 
 
+def frame_to_blob(frame: Frame, plan: DetectorInput, spec: ModelSpec) -> FloatArray:
+    """The detector's input tensor (1, 3, H, W) for ``frame`` placed on the canvas ``plan`` says:
+    resized keeping the aspect ratio, padded bottom/right, (pixel - mean) / std in the spec's
+    colour order. Quantisation calibrates on exactly these tensors."""
+    resized_h, resized_w = plan.resized_hw
+    if (resized_h, resized_w) != frame.shape[:2]:
+        frame = np.asarray(cv2.resize(frame, (resized_w, resized_h), interpolation=cv2.INTER_LINEAR), np.uint8)
+    canvas = cv2.copyMakeBorder(frame, 0, plan.canvas_hw[0] - resized_h, 0, plan.canvas_hw[1] - resized_w,
+                                cv2.BORDER_CONSTANT, value=(0, 0, 0))
+    swap_rb = spec.color_order == "RGB"
+    if len(set(spec.std)) == 1:  # one fused OpenCV pass: (pixel - mean) / std, channel swap
+        # OpenCV takes the mean in the output channel order, i.e. the spec's colour order.
+        blob = cv2.dnn.blobFromImage(canvas, scalefactor=1.0 / spec.std[0], mean=spec.mean, swapRB=swap_rb)
+        return np.asarray(blob, np.float32)
+    pixels = canvas[..., ::-1] if swap_rb else canvas
+    normalised = (pixels.astype(np.float32) - np.asarray(spec.mean, np.float32)) / np.asarray(spec.std, np.float32)
+    return np.ascontiguousarray(normalised.transpose(2, 0, 1)[None])
+
+
 def anchor_centers(canvas_hw: tuple[int, int], stride: int,
                    anchors: int = ANCHORS_PER_LOCATION) -> FloatArray:
     """(rows*cols*anchors, 2) anchor centres (x, y) for one stride, each repeated ``anchors`` times."""
@@ -152,19 +171,7 @@ class ScrfdDetector(NotPicklable):
 
     def preprocess(self, frame: Frame) -> tuple[FloatArray, DetectorInput]:
         plan = plan_input(frame.shape[:2], self.cfg, self.model_hw)
-        resized_h, resized_w = plan.resized_hw
-        if (resized_h, resized_w) != frame.shape[:2]:
-            frame = np.asarray(cv2.resize(frame, (resized_w, resized_h), interpolation=cv2.INTER_LINEAR), np.uint8)
-        canvas = cv2.copyMakeBorder(frame, 0, plan.canvas_hw[0] - resized_h, 0, plan.canvas_hw[1] - resized_w,
-                                    cv2.BORDER_CONSTANT, value=(0, 0, 0))
-        swap_rb = self.spec.color_order == "RGB"
-        if len(set(self.spec.std)) == 1:  # one fused OpenCV pass: (pixel - mean) / std, channel swap
-            # OpenCV takes the mean in the output channel order, i.e. the spec's colour order.
-            blob = cv2.dnn.blobFromImage(canvas, scalefactor=1.0 / self.spec.std[0], mean=self.spec.mean, swapRB=swap_rb)
-            return np.asarray(blob, np.float32), plan
-        pixels = canvas[..., ::-1] if swap_rb else canvas
-        normalised = (pixels.astype(np.float32) - np.asarray(self.spec.mean, np.float32)) / np.asarray(self.spec.std, np.float32)
-        return np.ascontiguousarray(normalised.transpose(2, 0, 1)[None]), plan
+        return frame_to_blob(frame, plan, self.spec), plan
 
     def forward(self, blob: FloatArray) -> list[np.ndarray]:
         return list(self.session.run(self.output_names, {self.input_name: blob}))

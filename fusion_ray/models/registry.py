@@ -101,6 +101,7 @@ _SPECS: tuple[ModelSpec, ...] = (
             "latent (normed embedding @ emap, the graph's last 512x512 initializer, then "
             "normalised); output RGB in [0, 1]."
         ),
+        fp16_form="inswapper_128_fp16",
     ),
     ModelSpec(
         name="inswapper_128_fp16",

@@ -1,7 +1,7 @@
 """The one place ONNX Runtime sessions are created.
 
-Providers are chosen by availability (TensorRT with fp16 and an engine cache, then CUDA, then
-CPU) or forced by config; thread counts come from the caller's CPU budget (insightface issue
+Providers are chosen by availability (TensorRT with an engine and a timing cache, then CUDA with
+the configured cuDNN algorithm search, then CPU) or forced by config; thread counts come from the caller's CPU budget (insightface issue
 2899: sessions defaulting to every core of the host ran 185x slower in a 4-CPU container).
 Sessions are created inside the process that uses them and are never pickled.
 """
@@ -124,9 +124,42 @@ def tensorrt_cache_dir(model_path: Path, runtime: RuntimeConfig) -> Path:
     return fallback
 
 
-def create_session(path: Path, runtime: RuntimeConfig, *, cpu_budget: float | None) -> tuple[
-        ort.InferenceSession, SessionInfo]:
-    """Create an inference session for ``path`` with providers and threads from ``runtime``."""
+def provider_options(providers: list[str], runtime: RuntimeConfig, model_path: Path, *,
+                     precision: str = "fp32") -> list[Any]:
+    """The ``providers`` argument of an InferenceSession, with the documented options.
+
+    TensorRT: fp16 engines at precision ``fp16`` (``trt_fp16_enable``), INT8 for a QDQ model at
+    ``int8`` (``trt_int8_enable``), an engine cache and a timing cache in
+    :func:`tensorrt_cache_dir` (``trt_engine_cache_enable/path``,
+    ``trt_timing_cache_enable/path``). CUDA: ``cudnn_conv_algo_search`` from the config.
+    """
+    args: list[Any] = []
+    for name in providers:
+        if name == "tensorrt":
+            cache = str(tensorrt_cache_dir(Path(model_path), runtime))
+            args.append((_ORT_NAMES[name], {
+                "device_id": runtime.device_id,
+                "trt_fp16_enable": precision == "fp16",
+                "trt_int8_enable": precision == "int8",
+                "trt_engine_cache_enable": True,
+                "trt_engine_cache_path": cache,
+                "trt_timing_cache_enable": runtime.tensorrt_timing_cache,
+                "trt_timing_cache_path": cache,
+            }))
+        elif name == "cuda":
+            args.append((_ORT_NAMES[name], {"device_id": runtime.device_id,
+                                            "cudnn_conv_algo_search": runtime.cudnn_conv_algo_search}))
+        else:
+            args.append(_ORT_NAMES[name])
+    return args
+
+
+def create_session(path: Path, runtime: RuntimeConfig, *, cpu_budget: float | None,
+                   precision: str | None = None) -> tuple[ort.InferenceSession, SessionInfo]:
+    """Create an inference session for ``path`` with providers and threads from ``runtime``.
+
+    ``precision`` sets the TensorRT engine's precision (None: fp16 when ``runtime.tensorrt_fp16``).
+    """
     providers = resolve_providers(runtime)
     threads = threads_for_budget(cpu_budget, runtime)
     options = ort.SessionOptions()
@@ -135,20 +168,9 @@ def create_session(path: Path, runtime: RuntimeConfig, *, cpu_budget: float | No
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
-    provider_args: list[Any] = []
-    for name in providers:
-        if name == "tensorrt":
-            cache = tensorrt_cache_dir(Path(path), runtime)
-            provider_args.append((_ORT_NAMES[name], {
-                "device_id": runtime.device_id,
-                "trt_fp16_enable": runtime.tensorrt_fp16,
-                "trt_engine_cache_enable": True,
-                "trt_engine_cache_path": str(cache),
-            }))
-        elif name == "cuda":
-            provider_args.append((_ORT_NAMES[name], {"device_id": runtime.device_id}))
-        else:
-            provider_args.append(_ORT_NAMES[name])
+    if precision is None:
+        precision = "fp16" if runtime.tensorrt_fp16 else "fp32"
+    provider_args = provider_options(providers, runtime, Path(path), precision=precision)
     try:
         session = ort.InferenceSession(str(path), sess_options=options, providers=provider_args)
     except Exception as exc:  # onnxruntime raises several untyped errors for bad files

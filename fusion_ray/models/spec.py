@@ -70,6 +70,8 @@ class ModelSpec:
     default_set: bool = True
     """Part of the standard set (``all_specs``, downloaded by ``models download``); the quality
     models of issue 18 are found by name (``get_spec``) and listed by ``optional_specs``."""
+    fp16_form: str | None = None
+    """Registry name of this model's fp16 export, used at precision fp16 on CUDA."""
 
     @property
     def hash_file_name(self) -> str:

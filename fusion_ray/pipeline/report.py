@@ -118,6 +118,8 @@ class JobReport:
     wall_s: float = 0.0
     stages: dict[str, StageStats] = field(default_factory=dict)
     stand_in_models: list[str] = field(default_factory=list)
+    precision: dict[str, str] = field(default_factory=dict)
+    """The precision each model ran at (``fp32``, ``fp16``, ``int8``), by model name."""
     version: str = __version__
     first_frame_s: float | None = None
     """Seconds from the job's start (its planning) to the first output frame back at the driver."""
@@ -165,6 +167,9 @@ class JobReport:
     def add_stand_ins(self, names: Sequence[str]) -> None:
         self.stand_in_models = sorted(set(self.stand_in_models) | set(names))
 
+    def add_precisions(self, pairs: Iterable[tuple[str, str]]) -> None:
+        self.precision = dict(sorted({**self.precision, **dict(pairs)}.items()))
+
     def fold(self, batch: Mapping[str, Any]) -> Fold:
         """Add one slim output batch to the item and stage counters."""
         fold = Fold()
@@ -207,6 +212,7 @@ class JobReport:
                        "peak_rss_mb": round(_peak_rss_mb(), 1)},
             "counts": self.counts(),
             "stand_in_models": self.stand_in_models,
+            "precision": self.precision,
             "stages": {name: {"busy_s": round(s.busy_s, 3), "idle_s": round(s.idle_s, 3),
                               "idle_ratio": round(s.idle_ratio, 3)} for name, s in self.stages.items()},
             "items": [asdict(item) for item in self.items],

@@ -79,6 +79,7 @@ def run_group(plan: JobPlan, group: GroupPlan, results: Sequence[ItemResult], re
     sources = Sources(identities, load_reference(driver))
     provenance = driver_provenance(group.models, driver)
     report.add_stand_ins(provenance.report_field())
+    report.add_precisions(provenance.precisions)
     ctx = GroupContext(group.cfg, group.models_fingerprint, source_of, provenance.metadata(), plan.storage, plan.output_root,
                        plan.force)
     # The planning tasks get compact plans: a video's timestamps are found again where needed.

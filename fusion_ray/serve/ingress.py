@@ -296,5 +296,8 @@ class IngressCore:
     async def metrics_text(self) -> str:
         await self.metrics.flush()
         live = [(name, text, dict(labels), value) for name, text, labels, value in self.live.gauges()]
-        gauges = [*ingress_gauges(self.replica, self.limiter, self.uploads), *live]
+        made_by = await self.provenance(Timings(self.metrics), True)
+        precision = [("fusion_ray_model_precision", "Models loaded, by the precision they run at (always 1).",
+                      {"model": model, "precision": value}, 1.0) for model, value in made_by.precisions]
+        gauges = [*ingress_gauges(self.replica, self.limiter, self.uploads), *live, *precision]
         return await self.downstream.render_metrics(Timings(self.metrics), gauges)

@@ -15,7 +15,8 @@ from tests.test_imageio import huge_png, limit_memory
 
 @pytest.fixture
 def model_args(standin_dir, scrfd_path):
-    return ["--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu"]
+    return ["--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu",
+            "--precision", "detector=fp32"]
 
 
 def swap(args, capsys):

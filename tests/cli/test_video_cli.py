@@ -34,7 +34,7 @@ def test_force_never_overwrites_the_input_video(tmp_path, images_dir, standin_di
                            audio=False)
     before = clip.read_bytes()
     code = main(["swap", "-s", str(images_dir / "obama.jpg"), "-t", str(clip), "-o", str(clip), "--force",
-                 "--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu",
+                 "--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu", "--precision", "detector=fp32",
                  "--no-progress-bars"])
     err = capsys.readouterr().err
     assert code == 2, err
@@ -104,7 +104,7 @@ def test_an_odd_sized_video_swaps_end_to_end(tmp_path, images_dir, standin_dir, 
                            size_wh=(641, 361), gop=6)
     out = tmp_path / "out.mp4"
     code = main(["swap", "-s", str(images_dir / "biden.jpg"), "-t", str(clip), "-o", str(out),
-                 "--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu",
+                 "--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu", "--precision", "detector=fp32",
                  "--no-progress-bars"])
     err = capsys.readouterr().err
     assert code == 0, err
@@ -122,7 +122,7 @@ def test_a_variable_frame_rate_keeps_its_timestamps_with_one_warning(tmp_path, i
                            fps=Fraction(30), size_wh=(128, 96), frame_times=times, gop=4)
     out, report = tmp_path / "out.mp4", tmp_path / "r.json"
     code = main(["swap", "-s", str(images_dir / "biden.jpg"), "-t", str(clip), "-o", str(out), "--report", str(report),
-                 "--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu",
+                 "--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu", "--precision", "detector=fp32",
                  "--no-progress-bars"])
     err = capsys.readouterr().err
     assert code == 0, err
@@ -174,7 +174,7 @@ def test_an_error_found_while_running_is_printed_once(tmp_path, images_dir, stan
     clip = make_test_video(tmp_path / "clip.mp4", face_image=None, n_frames=4, fps=Fraction(25), size_wh=(64, 48),
                            audio=False)
     code = main(["swap", "-s", str(blank), "-t", str(clip), "-o", str(tmp_path / "out.mp4"),
-                 "--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu",
+                 "--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu", "--precision", "detector=fp32",
                  "--no-progress-bars"])
     err = capsys.readouterr().err
     assert code == 1, err

@@ -55,6 +55,15 @@ def test_the_json_report_has_every_field(tmp_path):
                                  "faces_interpolated": 0, "tracks": 0}
 
 
+def test_the_json_report_names_the_precision_each_model_ran_at(tmp_path):
+    report = JobReport([], frames=0, wall_s=1.0)
+    report.add_precisions([("scrfd_2.5g", "int8"), ("inswapper_128", "fp32")])
+    report.add_precisions([("gfpgan_1.4", "fp16")])
+    report.write(tmp_path / "r.json")
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["precision"] == {"gfpgan_1.4": "fp16", "inswapper_128": "fp32", "scrfd_2.5g": "int8"}
+
+
 def test_a_failure_is_one_line_and_logged_below_warning(caplog):
     """The CLI prints each failed item once (its summary or its error line): the item's error is
     one line, whatever text the exception carries, and the log line is INFO, not a second copy."""

@@ -575,6 +575,26 @@ def test_the_metrics_route_needs_the_token_off_loopback():
     public.authorise_metrics(None, "10.0.0.5")
 
 
+def test_metrics_say_which_precision_each_model_runs_at():
+    from fusion_ray.engine import ModelInfo
+
+    core = _core()
+    info = {"scrfd_2.5g": ModelInfo("scrfd_2.5g", "/m/scrfd.onnx", "verified", ("CPUExecutionProvider",), False, "int8"),
+            "inswapper_128": ModelInfo("inswapper_128", "/m/i.onnx", "verified", (), False, "fp32")}
+
+    async def model_info(t):
+        return info
+
+    async def render_metrics(t, gauges):
+        return MetricsStore().render(gauges)
+
+    core.downstream.model_info = model_info
+    core.downstream.render_metrics = render_metrics
+    text = asyncio.run(core.metrics_text())
+    assert 'fusion_ray_model_precision{model="scrfd_2.5g",precision="int8"} 1' in text
+    assert 'fusion_ray_model_precision{model="inswapper_128",precision="fp32"} 1' in text
+
+
 def test_readiness_without_the_token_names_no_paths_or_errors():
     from fusion_ray.engine import ModelInfo
     from fusion_ray.serve.ops import readiness
