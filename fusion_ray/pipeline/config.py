@@ -89,6 +89,14 @@ class PipelineConfig(_Config):
     progress_bars: bool = Field(default=True, description="Show Ray Data's progress bars.")
 
 
+    def resources(self, stage: str, wants_gpu: bool = False) -> StageResources:
+        """A chain stage's pool resources: its own section, or (a stage a new step made) the
+        swap pool's for a GPU stage and the paste pool's for a CPU one."""
+        own = getattr(self, stage, None)
+        if isinstance(own, StageResources):
+            return own
+        return self.swap if wants_gpu else self.paste
+
     def uses_gpus(self, cluster_gpus: float) -> bool:
         """Whether GPU stages request GPUs, given the GPUs the cluster has now (see ``gpus``)."""
         return self.gpus == "always" or (self.gpus == "auto" and cluster_gpus > 0)
