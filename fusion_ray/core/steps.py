@@ -124,7 +124,7 @@ def _unfailed(batch: FrameBatch) -> list[int]:
 # ------------------------------------------------------------------ the steps
 def detect_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
     """Every face of the frames not given (their faces come from a tracking read)."""
-    todo = [r for r in range(len(batch.frames)) if not rows.is_given(r)]
+    todo = [r for r in range(len(batch.frames)) if not rows.is_given(r) and not batch.errors[r]]
     found = chain.detect_faces(tools.models.need_detector(), batch.frames, batch.errors, todo, rows.selections,
                                embedder=tools.models.embedder) if todo else {}
     detected = np.zeros(len(batch.frames), np.int32)

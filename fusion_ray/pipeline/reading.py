@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from fusion_ray.core.modelset import ModelSet
 from fusion_ray.errors import FusionRayError
 from fusion_ray.imageio import LoadedImage, decode_image, read_image
 from fusion_ray.pipeline.track_read import SegmentReader, TrackedFrame, TrackedRead
@@ -73,9 +74,10 @@ def read_image_at(path: str, storage: Storage) -> LoadedImage:
     return read_image(Path(path))
 
 
-def segment_frames(unit: ReadUnit, tracking: TrackedRead | None,
-                    storage: StorageConfig | None = None) -> Iterator[TrackedFrame]:
-    """The segment's frames in order; with tracking, each with its final faces and counters."""
+def segment_frames(unit: ReadUnit, tracking: TrackedRead | None, storage: StorageConfig | None = None,
+                   models: ModelSet | None = None) -> Iterator[TrackedFrame]:
+    """The segment's frames in order; with tracking, each with its final faces and counters
+    (tracked with ``models``, default: loaded for this segment)."""
     assert unit.segment is not None
     with media_of(unit.path, storage) as media:
         decoded = decode_segment(media, unit.segment, threads=1)
@@ -83,7 +85,7 @@ def segment_frames(unit: ReadUnit, tracking: TrackedRead | None,
             for frame in decoded:
                 yield TrackedFrame(frame.index, frame.time_s, frame.frame)
             return
-        reader = SegmentReader(tracking.load_models(), tracking, fps=unit.fps, frame_hw=unit.frame_hw)
+        reader = SegmentReader(models or tracking.load_models(), tracking, fps=unit.fps, frame_hw=unit.frame_hw)
         yield from reader.frames(decoded)
 
 

@@ -158,15 +158,20 @@ class SegmentReader:
         return self._embeddings
 
 
-def face_columns(faces: Sequence[FrameFaces], source_id: str) -> dict[str, np.ndarray]:
-    """The :data:`READ_FACE_COLUMNS` of one block (row r holds ``faces[r]``)."""
+def faces_of(faces: Sequence[FrameFaces], source_ids: Sequence[str]) -> FaceBatch:
+    """One FaceBatch of several frames' tracked faces (frame r holds ``faces[r]``, its source
+    ``source_ids[r]``)."""
     counts = [len(f) for f in faces]
     if not sum(counts):
-        batch = FaceBatch.empty()
-    else:
-        batch = FaceBatch(np.repeat(np.arange(len(faces)), counts), np.concatenate([f.bbox_xyxy for f in faces]),
-                          np.concatenate([f.landmarks_5 for f in faces]),
-                          np.clip(np.concatenate([f.score for f in faces]), 0.0, 1.0),
-                          np.full(sum(counts), source_id, object), np.concatenate([f.track_id for f in faces]))
-    columns = batch.to_columns(len(faces))
+        return FaceBatch.empty()
+    rows = np.repeat(np.arange(len(faces)), counts)
+    return FaceBatch(rows, np.concatenate([f.bbox_xyxy for f in faces]), np.concatenate([f.landmarks_5 for f in faces]),
+                     np.clip(np.concatenate([f.score for f in faces]), 0.0, 1.0),
+                     np.asarray([source_ids[int(r)] for r in rows], dtype=np.object_),
+                     np.concatenate([f.track_id for f in faces]))
+
+
+def face_columns(faces: Sequence[FrameFaces], source_id: str) -> dict[str, np.ndarray]:
+    """The :data:`READ_FACE_COLUMNS` of one block (row r holds ``faces[r]``)."""
+    columns = faces_of(faces, [source_id] * len(faces)).to_columns(len(faces))
     return {name: columns[name] for name in READ_FACE_COLUMNS}
