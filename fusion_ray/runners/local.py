@@ -132,7 +132,8 @@ class LocalRun(GroupBook):
             for thread in threads:
                 thread.join(timeout=STOP_TIMEOUT_S)
             self.finisher.shutdown(wait=True, cancel_futures=True)
-            self.writer.abort(self.open_segments())  # finished segments stay, for a re-run
+            # every segment still open (finished ones stay in the parts folder, for a re-run)
+            self.writer.abort([*self.open_segments(), *self.writer.open])
             self.report.frames += self.done_frames
             self.report.track_stages(self.clocks)
             for name, clock in self.clocks.items():
