@@ -35,7 +35,7 @@ def _optional_commands() -> list:  # type: ignore[type-arg]
     import importlib
 
     found = []
-    for name in ("job", "serve", "bench", "bench_jobs", "bench_scale", "live"):
+    for name in ("job", "serve", "bench", "bench_jobs", "bench_scale", "bench_runners", "live"):
         try:
             found.append(importlib.import_module(f"fusion_ray.cli.{name}"))
         except ModuleNotFoundError as exc:
