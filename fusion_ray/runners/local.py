@@ -278,7 +278,10 @@ class LocalRun(GroupBook):
 
     def _compute(self) -> None:
         engine = self.ctx.cfg.engine
-        tools = Tools(engine, ModelSet.load(engine, self.chain.components(engine), cpu_budget=self.local.threads))
+        components = self.chain.components(engine)
+        if self.tracking is not None and not self.may_have(ItemKind.IMAGE):  # the decoders detect the videos
+            components = [c for c in components if c not in ("detector", "embedder")]
+        tools = Tools(engine, ModelSet.load(engine, components, cpu_budget=self.local.threads))
         selection = chain.Selection.of(engine.selection, self.sources.reference)
         pool = self.clocks[COMPUTE_POOL]
         while True:

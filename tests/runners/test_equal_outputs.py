@@ -47,7 +47,9 @@ CASES = [Case("photo", ("group",)), Case("video", ("clip",)), Case("dataset", ("
 
 
 def _items(case: Case, media: dict[str, Path], out: Path) -> list[JobItem]:
-    return [JobItem((media["source"],), media[t], out / f"{t}{media[t].suffix}") for t in case.targets]
+    """The case's items; images are written as PNG (lossless: their pixels compare exactly)."""
+    return [JobItem((media["source"],), media[t], out / f"{t}{'.mp4' if is_video_file(media[t]) else '.png'}")
+            for t in case.targets]
 
 
 def _decoded(path: Path) -> list[np.ndarray]:
