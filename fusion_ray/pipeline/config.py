@@ -160,7 +160,7 @@ class LocalConfig(_Config):
                                  "frames once it has one (dynamic batching).")
     decode_queue: int = Field(default=16, ge=1, description="Decoded frames waiting for a compute thread.")
     encode_queue: int = Field(default=16, ge=1, description="Processed frames waiting for the encode thread.")
-    auto_ray_frames: int = Field(default=20000, ge=0, description="runner auto: use Ray when the job's known "
+    auto_ray_frames: int = Field(default=3500, ge=0, description="runner auto: use Ray when the job's known "
                                  "frames (videos' frames, one per image) exceed this; a cluster address "
                                  "always picks Ray (BENCHMARKS.md: the measured crossover).")
 
