@@ -154,3 +154,21 @@ def test_a_tracked_detect_stage_cuts_the_read_tasks_faces_and_detects_images(mod
     assert video_only({**batch, "tracked": np.asarray([True, True])})["faces_selected"].tolist() == [1, 0]
     with pytest.raises(FusionRayError, match="without its detector"):
         video_only(batch)
+
+
+def test_a_new_gpu_step_becomes_its_own_stage_with_the_gpu_pools_resources(monkeypatch):
+    """A per-face step added in core/steps.py that wants a GPU (an occlusion model, say) gets its
+    own pool between detect and swap; no stage is written for it."""
+    from fusion_ray.core import steps
+    from fusion_ray.pipeline.build import stage_specs
+    from fusion_ray.pipeline.config import PipelineConfig
+
+    occlusion = steps.Step("occlusion", "target_mask", lambda tools, rows, batch: batch, ("crops",), ("masks",),
+                           wants_gpu=True)
+    monkeypatch.setattr(steps, "STEPS", (*steps.STEPS, occlusion))
+    cfg = EngineConfig(runtime=RuntimeConfig(providers=["cuda"]))
+    assert stage_names(cfg) == ["detect", "occlusion", "swap", "paste"]
+    pipeline = PipelineConfig(fuse="never")
+    specs = {spec.name: spec for spec in stage_specs(cfg, pipeline, {}, None, None, gpus_available=True)}
+    assert specs["occlusion"].resources == pipeline.swap and specs["occlusion"].gets_gpu
+    assert not specs["paste"].gets_gpu
