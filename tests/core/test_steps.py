@@ -91,3 +91,16 @@ def test_an_added_mask_step_reaches_the_ray_stages(setup, with_shut_step):
     for stage in stages:
         batch = stage(batch)
     assert batch["faces_swapped"].tolist() == [3] and np.array_equal(batch["frame"][0], frame)
+
+
+def test_an_added_mask_step_reaches_the_local_runner(setup, with_shut_step, images_dir, scrfd_path, tmp_path):
+    from fusion_ray.pipeline.job import JobItem, run_job
+    from tests.runners.conftest import job_config
+
+    _, frame, _ = setup
+    out = tmp_path / "out.png"
+    report = run_job([JobItem((images_dir / "biden.jpg",), images_dir / "obama_and_biden.jpg", out)],
+                     job_config(scrfd_path), output_root=tmp_path, runner="local")
+    assert report.items[0].status == "done" and report.items[0].faces_swapped == 3
+    assert np.array_equal(read_image(out).frame, frame)  # swapped, but masked out
+    assert "shut" in report.stages
