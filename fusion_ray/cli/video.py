@@ -54,6 +54,9 @@ def print_summary(report, wall_s: float, report_path: Path | None, *,  # type: i
         print(f"tracking ({len(tracked)} video(s)): {sum(i.det_full for i in tracked)} full-frame detections, "
               f"{sum(i.det_roi for i in tracked)} ROI detections, {sum(i.faces_interpolated for i in tracked)} "
               f"interpolated faces, {sum(i.tracks for i in tracked)} tracks", file=sys.stderr)
+    if "compute" in report.stages:
+        print("(local runner: the steps run inside the compute threads and never wait; the threads do)",
+              file=sys.stderr)
     if FUSED_POOL in report.stages:
         print(f"({FUSED_POOL}: no GPU, so one CPU actor pool runs every stage; its stages never wait, the pool does)",
               file=sys.stderr)
