@@ -1,8 +1,8 @@
-"""The frame-level engine for the image command: one frame in, one frame out, per-stage timings.
+"""The frame-level engine (the inline runner): one frame in, one frame out, per-step timings.
 
 A thin composition of :mod:`fusion_ray.core`: a :class:`ModelSet`, the crop layouts and the
-swap backend, chained by the core's typed functions. The Ray Data stages and the Serve
-deployments call the same core functions on batches.
+swap backend, running the steps :class:`fusion_ray.core.steps.Chain` declares. The local
+runner and the Ray Data stages run the same steps on batches.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ import numpy as np
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.core import chain, identity
-from fusion_ray.core.facebatch import FaceBatch
-from fusion_ray.core.layout import CropLayout, enhance_layout, swap_layout
+from fusion_ray.core.facebatch import FrameBatch
+from fusion_ray.core.layout import CropLayout
 from fusion_ray.core.modelset import Component, ModelInfo, ModelSet, required_components
 from fusion_ray.core.provenance import Provenance
-from fusion_ray.core.swapper import SwapBackend, swap_backend
+from fusion_ray.core.steps import Chain, Rows, Tools
+from fusion_ray.core.swapper import SwapBackend
 from fusion_ray.models.store import ModelStore
 from fusion_ray.types import Embedding, Face, Frame, SourceIdentity, check_frame
 
@@ -53,9 +54,10 @@ class Engine:
     def __init__(self, cfg: EngineConfig, models: ModelSet | None = None) -> None:
         self.cfg = cfg
         self.models = models if models is not None else ModelSet()
-        self.swap_layout: CropLayout = swap_layout(cfg)
-        self.enhance_layout: CropLayout = enhance_layout(cfg)
-        self._backend: SwapBackend | None = None
+        self.tools = Tools(cfg, self.models)
+        self.swap_layout: CropLayout = self.tools.swap_layout
+        self.enhance_layout: CropLayout = self.tools.enhance_layout
+        self._chain: Chain | None = None
 
     @classmethod
     def load(cls, cfg: EngineConfig, *, components: Sequence[Component] | None = None,
@@ -79,9 +81,7 @@ class Engine:
     @property
     def backend(self) -> SwapBackend:
         """The swap backend (built on first use: an engine without its swapper fails only here)."""
-        if self._backend is None:
-            self._backend = swap_backend(self.cfg, self.models)
-        return self._backend
+        return self.tools.backend
 
     # ------------------------------------------------------------ building blocks
     def detect(self, frame: Frame) -> list[Face]:
@@ -107,38 +107,24 @@ class Engine:
         return identity.prepare_reference(self.models, self.cfg, image, name)
 
     # ---------------------------------------------------------------- whole frame
+    @property
+    def chain(self) -> Chain:
+        """The steps this engine runs (:data:`fusion_ray.core.steps.STEPS` its config enables)."""
+        if self._chain is None:
+            self._chain = Chain.of(self.cfg)
+        return self._chain
+
     def process_frame(self, frame: Frame, source: SourceIdentity,
                       reference: Embedding | None = None) -> FrameResult:
-        """Detect, select, swap, optionally enhance, and paste back. No face: the frame unchanged."""
+        """The chain's steps over one frame. No face: the frame unchanged."""
         check_frame(frame)
         timings: dict[str, float] = {}
-        errors = [""]
-        selection = chain.Selection.of(self.cfg.selection, reference)
-        with timed(timings, "detect"):
-            found = chain.detect_select(self.models.need_detector(), [frame], errors, [selection],
-                                        embedder=self.models.embedder, source_ids=[""])
-        _raise_first(errors)
-        if not len(found.faces):
-            return FrameResult(frame.copy(), int(found.faces_detected[0]), 0, timings)
-        with timed(timings, "align"):
-            faces = chain.align([frame], found.faces, self.swap_layout, errors, "align")
-        with timed(timings, "swap"):
-            faces = chain.swap(self.backend, faces, {"": source}, errors)
-        _raise_first(errors)
-        with timed(timings, "paste"):
-            out = chain.paste([frame], faces, self.swap_layout, errors)[0]
-        if self.cfg.enhance.enabled:
-            out = self._enhance(out, faces, timings, errors)
-        _raise_first(errors)
-        return FrameResult(out, int(found.faces_detected[0]), len(faces), timings)
-
-    def _enhance(self, frame: Frame, faces: FaceBatch, timings: dict[str, float], errors: list[str]) -> Frame:
-        with timed(timings, "enhance_align"):
-            crops = chain.align_for_enhance([frame], faces, self.enhance_layout, errors)
-        with timed(timings, "enhance"):
-            enhanced = chain.enhance(self.models.need_enhancer(), crops, self.cfg.enhance.blend)
-        with timed(timings, "enhance_paste"):
-            return chain.paste([frame], enhanced, self.enhance_layout, errors, "enhance_paste")[0]
+        rows = Rows.of(1, chain.Selection.of(self.cfg.selection, reference), {"": source})
+        done = self.chain.run(self.tools, rows, FrameBatch.of([frame]), timings)
+        _raise_first(done.errors)
+        out = done.frames[0]
+        return FrameResult(out.copy() if out is frame else out, int(done.counter("faces_detected")[0]),
+                           int(done.counter("faces_swapped")[0]), timings)
 
 
 def _raise_first(errors: list[str]) -> None:

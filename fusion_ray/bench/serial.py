@@ -32,8 +32,8 @@ from fusion_ray.video import EncodeOptions, decode_all, encode_segment, join_seg
 log = logging.getLogger(__name__)
 
 Canvas = Literal["square", "fit"]
-SERIAL_STAGES: tuple[str, ...] = ("decode", "detect", "embed", "align", "swap", "paste",
-                                  "enhance_align", "enhance", "enhance_paste", "other", "encode")
+SERIAL_STAGES: tuple[str, ...] = ("decode", "detect", "select", "embed", "align", "swap", "mask", "paste",
+                                  "enhance_align", "enhance", "enhance_mask", "paste_enhanced", "other", "encode")
 
 
 @dataclass

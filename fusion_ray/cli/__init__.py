@@ -48,8 +48,8 @@ def _optional_commands() -> list:  # type: ignore[type-arg]
     import importlib
 
     found = []
-    for name in ("job", "serve", "bench", "bench_jobs", "bench_scale", "bench_quality", "live", "detect",
-                 "bench_precision"):
+    for name in ("job", "serve", "bench", "bench_jobs", "bench_scale", "bench_runners", "bench_quality", "live",
+                 "detect", "bench_precision"):
         try:
             found.append(importlib.import_module(f"fusion_ray.cli.{name}"))
         except ModuleNotFoundError as exc:

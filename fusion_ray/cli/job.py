@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fusion_ray.cli.common import add_engine_arguments, engine_config_from_args
-from fusion_ray.cli.video import ProgressPrinter, add_pipeline_arguments, job_config, print_summary
+from fusion_ray.cli.video import (
+    ProgressPrinter,
+    add_pipeline_arguments,
+    job_config,
+    print_summary,
+    start_runner,
+)
 from fusion_ray.errors import InputError
 
 if TYPE_CHECKING:
@@ -22,7 +28,7 @@ REPORT_NAME = "fusion_ray_report.json"
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser(
-        "job", help="swap faces in many images and videos as one Ray Data job",
+        "job", help="swap faces in many images and videos as one job (in this process, or a Ray Data job)",
         description="Items come from --manifest (CSV/Parquet: source, target, output[, options]) or from "
                     "--source-pattern/--target-pattern/--output-pattern (every source x every target). "
                     "Finished outputs are skipped and a video's finished segments are kept, so re-running "
@@ -45,7 +51,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from fusion_ray.cli.common import connect_ray
     from fusion_ray.pipeline.job import plan_job, run_plan
     from fusion_ray.pipeline.manifest import check_unique_outputs, expand_patterns, read_manifest
     from fusion_ray.storage import Location, Storage, StorageConfig
@@ -82,10 +87,9 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr)
     try:
         planning = time.perf_counter()
-        plan = plan_job(items, cfg, output_root=root, force=args.force, storage=storage)  # before Ray: bad items fail at once
-        if plan.runs:
-            connect_ray(args.address)
-        report = run_plan(plan, progress=ProgressPrinter(), report_path=report_path, started=planning)
+        plan = plan_job(items, cfg, output_root=root, force=args.force, storage=storage)  # before any runner: bad items fail at once
+        runner = start_runner(args, plan) if plan.runs else "local"  # nothing runs: no runner starts
+        report = run_plan(plan, progress=ProgressPrinter(), report_path=report_path, started=planning, runner=runner)
         print_summary(report, time.monotonic() - started, None if spool else report_path)
         if spool is not None and isinstance(root, Location):  # the report goes with the outputs
             _publish_report(report_path, root / REPORT_NAME, storage)

@@ -1,15 +1,21 @@
-"""Shared printing for Ray jobs: progress lines and the end-of-job summary (video swap and ``job``)."""
+"""Shared parts of the video swap and ``job``: the runner options, progress lines, the summary."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.errors import FusionRayError, InputError
 from fusion_ray.pipeline.config import FUSED_POOL
+
+if TYPE_CHECKING:
+    from fusion_ray.pipeline.job import Runner
 
 
 class ProgressPrinter:
@@ -38,7 +44,7 @@ def print_summary(report, wall_s: float, report_path: Path | None, *,  # type: i
     item's error (unless ``list_failures`` is off: a one-item command raises it instead)."""
     counts = report.counts()
     print(f"items: {', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}", file=sys.stderr)
-    print(f"frames: {report.frames} in {wall_s:.1f} s (Ray start-up included): {report.frames / wall_s:.1f} frames/s",
+    print(f"frames: {report.frames} in {wall_s:.1f} s (start-up included): {report.frames / wall_s:.1f} frames/s",
           file=sys.stderr)
     print(f"{'stage':15} {'busy s':>8} {'idle s':>8} {'idle %':>7}", file=sys.stderr)
     for name, stats in report.stages.items():
@@ -48,6 +54,9 @@ def print_summary(report, wall_s: float, report_path: Path | None, *,  # type: i
         print(f"tracking ({len(tracked)} video(s)): {sum(i.det_full for i in tracked)} full-frame detections, "
               f"{sum(i.det_roi for i in tracked)} ROI detections, {sum(i.faces_interpolated for i in tracked)} "
               f"interpolated faces, {sum(i.tracks for i in tracked)} tracks", file=sys.stderr)
+    if "compute" in report.stages:
+        print("(local runner: the steps run inside the compute threads and never wait; the threads do)",
+              file=sys.stderr)
     if FUSED_POOL in report.stages:
         print(f"({FUSED_POOL}: no GPU, so one CPU actor pool runs every stage; its stages never wait, the pool does)",
               file=sys.stderr)
@@ -68,7 +77,12 @@ def print_summary(report, wall_s: float, report_path: Path | None, *,  # type: i
 
 
 def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("pipeline (Ray)")
+    group = parser.add_argument_group("runner (videos and jobs)")
+    group.add_argument("--runner", choices=("auto", "local", "ray"), default="auto",
+                       help="local: this process, threads and bounded queues, no Ray; ray: a Ray Data job "
+                            "(a local Ray instance, or --address); auto (default): ray when a cluster address "
+                            "is given (--address or RAY_ADDRESS) or the job has more frames than the local "
+                            "section's auto_ray_frames, else local")
     group.add_argument("--address", help="Ray cluster to join, e.g. auto or ray://head:10001 (default: local Ray)")
     group.add_argument("--pipeline-config", type=Path, help="pipeline YAML (default: configs/pipeline.yaml defaults)")
     group.add_argument("--report", type=Path, help="write the job report (JSON) here")
@@ -86,14 +100,35 @@ def job_config(args: argparse.Namespace, engine: EngineConfig):  # type: ignore[
     pipeline = base.pipeline
     if args.no_progress_bars:
         pipeline = pipeline.model_copy(update={"progress_bars": False})
-    return JobConfig(engine=engine, pipeline=pipeline, allow_truncated=base.allow_truncated or args.allow_truncated)
+    return JobConfig(engine=engine, pipeline=pipeline, local=base.local,
+                     allow_truncated=base.allow_truncated or args.allow_truncated)
+
+
+def start_runner(args: argparse.Namespace, plan) -> Runner:  # type: ignore[no-untyped-def]
+    """The runner for a planned job (``--runner``, see :func:`fusion_ray.runners.choose_runner`),
+    started: Ray connected, or for the local runner SIGTERM turned into a clean stop (as Ctrl-C)."""
+    from fusion_ray.runners import choose_runner
+
+    runner = choose_runner(args.runner, plan, plan.groups[0].cfg.local, args.address, os.environ)
+    if runner == "ray":
+        from fusion_ray.cli.common import connect_ray
+
+        connect_ray(args.address)
+    else:
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    print(f"runner: {runner}", file=sys.stderr)
+    return runner
+
+
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM stops a local run as Ctrl-C does: its threads end, open segments are aborted."""
+    raise KeyboardInterrupt
 
 
 def run_video_swap(args: argparse.Namespace, engine: EngineConfig) -> int:
-    """``fusion-ray swap --target VIDEO``: a one-item Ray Data job, planned before Ray starts:
+    """``fusion-ray swap --target VIDEO``: a one-item job, planned before any runner starts:
     a video that cannot be read or encoded, is truncated, or whose models are missing or
     corrupt fails at once with its planning error (the swap command checked the output)."""
-    from fusion_ray.cli.common import connect_ray
     from fusion_ray.pipeline.job import JobItem, plan_job, run_plan
 
     started = time.monotonic()
@@ -102,8 +137,8 @@ def run_video_swap(args: argparse.Namespace, engine: EngineConfig) -> int:
     planned = plan.items[0]
     if not planned.runs:
         raise planned.cause or InputError(planned.error or f"{args.target}: {planned.status}")
-    connect_ray(args.address)
-    report = run_plan(plan, progress=ProgressPrinter(), report_path=args.report)
+    runner = start_runner(args, plan)
+    report = run_plan(plan, progress=ProgressPrinter(), report_path=args.report, runner=runner)
     print_summary(report, time.monotonic() - started, args.report, list_failures=False)
     item = report.items[0]
     if item.status != "done":

@@ -88,6 +88,38 @@ def detect_select(detector: ScrfdDetector, frames: Sequence[Frame], errors: list
     return Detections(FaceBatch.from_faces(chosen, source_ids), detected)
 
 
+def detect_faces(detector: ScrfdDetector, frames: Sequence[Frame], errors: list[str], rows: Sequence[int],
+                 selections: Sequence[Selection], *, embedder: ArcFaceEmbedder | None = None
+                 ) -> dict[int, list[Face]]:
+    """Every face of each healthy frame among ``rows`` (embedded where its selection is by
+    reference); a frame that fails is marked in ``errors`` and has none."""
+    found: dict[int, list[Face]] = {}
+    for row in rows:
+        if errors[row]:
+            continue
+        one = partial(_detect_all, detector, embedder, frames[row], selections[row])
+        found[row] = guarded(errors, row, "detect", one, [])
+    return found
+
+
+def _detect_all(detector: ScrfdDetector, embedder: ArcFaceEmbedder | None, frame: Frame,
+                selection: Selection) -> list[Face]:
+    faces = detector.detect(check_frame(np.asarray(frame)))
+    if faces and selection.mode == "reference":
+        if embedder is None:
+            raise ValueError("reference selection needs the embedder")
+        faces = identity.embed_faces(embedder, frame, faces)
+    return faces
+
+
+def select(found: Mapping[int, Sequence[Face]], selections: Sequence[Selection], errors: list[str]
+           ) -> dict[int, list[Face]]:
+    """The faces to swap of each frame: the one decision, :meth:`Selection.choose`, for every
+    caller (a frame whose selection fails is marked in ``errors`` and has none)."""
+    return {row: guarded(errors, row, "select", partial(selections[row].choose, faces), [])
+            for row, faces in found.items() if not errors[row]}
+
+
 def _detect_one(detector: ScrfdDetector, embedder: ArcFaceEmbedder | None, frame: Frame,
                 selection: Selection) -> tuple[int, list[Face]]:
     faces = detector.detect(check_frame(np.asarray(frame)))
@@ -154,7 +186,8 @@ def swap(backend: SwapBackend, faces: FaceBatch, identities: Mapping[str, Source
 
 def paste(frames: Sequence[Frame], faces: FaceBatch, layout: CropLayout, errors: list[str],
           stage: str = "paste") -> list[Frame]:
-    """Each frame with its faces' crops pasted back; frames without faces (or failed) unchanged."""
+    """Each frame with its faces' crops pasted back through their masks (the layout's when they
+    have none); frames without faces (or failed) unchanged."""
     out = [np.asarray(f) for f in frames]
     if not len(faces):
         return out
@@ -164,7 +197,9 @@ def paste(frames: Sequence[Frame], faces: FaceBatch, layout: CropLayout, errors:
         if errors[r]:
             continue
         idx = np.flatnonzero(faces.frame_index == row)
-        out[r] = guarded(errors, r, stage, partial(paste_crops, out[r], crops[idx], affines[idx], layout), out[r])
+        masks = faces.mask[idx] if faces.mask is not None else None
+        out[r] = guarded(errors, r, stage, partial(paste_crops, out[r], crops[idx], affines[idx], layout, masks),
+                         out[r])
     return out
 
 

@@ -2,7 +2,9 @@
 
 Modelled on supervision's ``Detections``: per-face arrays with a frame index per face, so a
 GPU stage sees one (N, S, S, 3) array for all faces of all frames at once. Optional arrays
-(``crop``, ``affine_matrix``, ``embedding``) are None until a step fills them.
+(``crop``, ``affine_matrix``, ``embedding``, ``mask``) are None until a step fills them. ``mask``
+holds each face's blend mask in crop coordinates: every mask step adds its own by element-wise
+minimum (:meth:`FaceBatch.with_mask`), and paste blends through the result.
 
 In a Ray Data batch (one row per frame) a FaceBatch travels as per-row columns
 (:data:`FACE_COLUMNS`, each row holding that frame's faces); :meth:`to_columns` and
@@ -12,7 +14,7 @@ In a Ray Data batch (one row per frame) a FaceBatch travels as per-row columns
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,9 @@ NO_TRACK = -1
 
 FACE_COLUMNS = ("face_bbox", "face_landmarks", "face_score", "face_track", "face_crop", "face_affine")
 """Per-row Ray Data columns of a FaceBatch (``face_crop``/``face_affine`` only once cropped)."""
+MASK_COLUMN = "face_mask"
+"""The per-row column of the faces' masks (only while a FaceBatch has masks)."""
+_OPTIONAL = ("crop", "affine_matrix", "embedding", "mask")
 
 _CORE = ("frame_index", "bbox_xyxy", "landmarks_5", "score", "source_id", "track_id")
 
@@ -50,6 +55,7 @@ class FaceBatch:
     crop: npt.NDArray[np.uint8] | None = None
     affine_matrix: npt.NDArray[np.float64] | None = None
     embedding: npt.NDArray[np.float32] | None = None
+    mask: npt.NDArray[np.float32] | None = None
 
     def __post_init__(self) -> None:
         n = len(np.asarray(self.frame_index).reshape(-1))
@@ -60,7 +66,7 @@ class FaceBatch:
         }
         optional: dict[str, tuple[tuple[int | None, ...], type]] = {
             "crop": ((n, None, None, 3), np.uint8), "affine_matrix": ((n, 2, 3), np.float64),
-            "embedding": ((n, None), np.float32),
+            "embedding": ((n, None), np.float32), "mask": ((n, None, None), np.float32),
         }
         for name, (shape, dtype) in {**checks, **optional}.items():
             value = getattr(self, name)
@@ -117,7 +123,7 @@ class FaceBatch:
         for name in _CORE:
             values[name] = np.concatenate([getattr(b, name) for b in batches])
         values["frame_index"] = np.concatenate([b.frame_index + o for b, o in zip(batches, offsets, strict=True)])
-        for name in ("crop", "affine_matrix", "embedding"):
+        for name in _OPTIONAL:
             parts = [getattr(b, name) for b in batches if len(b)]
             values[name] = np.concatenate(parts) if parts and all(p is not None for p in parts) else None
         return FaceBatch(**values)
@@ -130,7 +136,7 @@ class FaceBatch:
         """The faces at ``indices`` (in that order)."""
         idx = np.asarray(indices, np.int64).reshape(-1)
         values = {name: getattr(self, name)[idx] for name in _CORE}
-        for name in ("crop", "affine_matrix", "embedding"):
+        for name in _OPTIONAL:
             value = getattr(self, name)
             values[name] = value[idx] if value is not None else None
         return FaceBatch(**values)
@@ -148,8 +154,17 @@ class FaceBatch:
         return np.bincount(self.frame_index, minlength=num_frames).astype(np.int32)[:num_frames]
 
     def with_crops(self, crop: np.ndarray, affine_matrix: np.ndarray | None = None) -> FaceBatch:
-        """These faces with new crops (and their affine matrices, when they changed)."""
-        return replace(self, crop=crop, affine_matrix=self.affine_matrix if affine_matrix is None else affine_matrix)
+        """These faces with new crops (and their affine matrices, when they changed: crops cut
+        anew lose the masks of the old ones)."""
+        if affine_matrix is None:
+            return replace(self, crop=crop)
+        return replace(self, crop=crop, affine_matrix=affine_matrix, mask=None)
+
+    def with_mask(self, mask: np.ndarray) -> FaceBatch:
+        """These faces with one more mask (N, S, S) in [0, 1], combined with theirs by
+        element-wise minimum (a face is pasted only where every mask lets it through)."""
+        mask = np.asarray(mask, np.float32)
+        return replace(self, mask=mask if self.mask is None else np.minimum(self.mask, mask))
 
     def require_crops(self) -> tuple[np.ndarray, np.ndarray]:
         """(crop, affine_matrix); ValueError naming the step that should have made them."""
@@ -176,6 +191,8 @@ class FaceBatch:
         elif not len(ordered):  # no faces: the crop columns are there, empty
             arrays["face_crop"] = np.zeros((0, 0, 0, 3), np.uint8)
             arrays["face_affine"] = np.zeros((0, 2, 3), np.float64)
+        if ordered.mask is not None:
+            arrays[MASK_COLUMN] = ordered.mask
         return {name: per_row([array[bounds[r]:bounds[r + 1]] for r in range(num_frames)])
                 for name, array in arrays.items()}
 
@@ -192,13 +209,17 @@ class FaceBatch:
 
         frame_index = np.repeat(np.arange(rows, dtype=np.int64), counts)
         ids = np.asarray([source_ids[int(r)] if source_ids is not None else "" for r in frame_index], object)
-        crop = affine = None
+        crop = affine = mask = None
         if "face_crop" in batch and "face_affine" in batch:
             size = next(np.asarray(batch["face_crop"][r]).shape[1] for r in range(rows) if counts[r])
             crop = cat("face_crop", (size, size, 3), np.uint8)
             affine = cat("face_affine", (2, 3), np.float64)
+        if MASK_COLUMN in batch:
+            size = next(np.asarray(batch[MASK_COLUMN][r]).shape[1] for r in range(rows) if counts[r])
+            mask = cat(MASK_COLUMN, (size, size), np.float32)
         return cls(frame_index, cat("face_bbox", (4,), np.float32), cat("face_landmarks", (5, 2), np.float32),
-                   cat("face_score", (), np.float32), ids, cat("face_track", (), np.int64), crop, affine)
+                   cat("face_score", (), np.float32), ids, cat("face_track", (), np.int64), crop, affine,
+                   mask=mask)
 
 
 @dataclass(frozen=True)
@@ -210,6 +231,8 @@ class FrameBatch:
     frames: list[np.ndarray]
     errors: list[str]
     faces: FaceBatch
+    counters: Mapping[str, np.ndarray] = field(default_factory=dict)
+    """Per-frame counts the steps wrote (``faces_detected``, ``faces_selected``, ``faces_swapped``)."""
 
     def __post_init__(self) -> None:
         if len(self.errors) != len(self.frames):
@@ -223,6 +246,15 @@ class FrameBatch:
     def of(cls, frames: Sequence[np.ndarray], faces: FaceBatch | None = None) -> FrameBatch:
         """Frames none of which has failed (yet), with ``faces`` (none by default)."""
         return cls(list(frames), [""] * len(frames), faces if faces is not None else FaceBatch.empty())
+
+    def counted(self, **counts: np.ndarray) -> FrameBatch:
+        """This batch with more per-frame counters."""
+        return replace(self, counters={**self.counters, **counts})
+
+    def counter(self, name: str) -> np.ndarray:
+        """A per-frame counter (zeros when no step wrote it)."""
+        value = self.counters.get(name)
+        return np.asarray(value, np.int32) if value is not None else np.zeros(len(self.frames), np.int32)
 
     @property
     def first_error(self) -> str:

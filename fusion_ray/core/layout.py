@@ -72,10 +72,12 @@ def align_crops(frame: Frame, landmarks: np.ndarray, layout: CropLayout) -> tupl
     return np.stack([c for c, _ in pairs]), np.stack([m for _, m in pairs])
 
 
-def paste_crops(frame: Frame, crops: np.ndarray, affines: np.ndarray, layout: CropLayout) -> Frame:
-    """A copy of the frame with each crop pasted back through its matrix (ROI only)."""
+def paste_crops(frame: Frame, crops: np.ndarray, affines: np.ndarray, layout: CropLayout,
+                masks: np.ndarray | None = None) -> Frame:
+    """A copy of the frame with each crop pasted back through its matrix (ROI only), blended
+    through its own mask (``masks``: one per crop, the faces' combined masks) or the layout's."""
     out = frame
     paste = poisson_paste if layout.poisson else paste_back
-    for crop, affine in zip(crops, affines, strict=True):
-        out = paste(out, crop, affine, layout.mask)  # each paste returns a new frame
+    for k, (crop, affine) in enumerate(zip(crops, affines, strict=True)):
+        out = paste(out, crop, affine, layout.mask if masks is None else masks[k])  # each paste returns a new frame
     return out if len(crops) else frame.copy()

@@ -22,16 +22,9 @@ import ray
 from ray.data import ActorPoolStrategy, Dataset
 
 from fusion_ray.config import EngineConfig
+from fusion_ray.core.steps import Chain
 from fusion_ray.pipeline.config import FUSED_POOL, PipelineConfig, StageResources
-from fusion_ray.pipeline.stages import (
-    Batch,
-    DetectStage,
-    EnhanceStage,
-    PasteEnhancedStage,
-    PasteStage,
-    Stage,
-    SwapStage,
-)
+from fusion_ray.pipeline.stages import Batch, ChainStage, Stage, stage_groups
 from fusion_ray.pipeline.writer import EncodeStage
 from fusion_ray.types import Embedding, SourceIdentity
 
@@ -63,6 +56,11 @@ class StageSpec:
     resources: StageResources
     gets_gpu: bool = False
     """Whether its actors ask Ray for a GPU (they keep GPU providers only then)."""
+
+    @property
+    def name(self) -> str:
+        """The stage's name (a chain stage's group, else its class's)."""
+        return str(self.args[1]) if self.cls is ChainStage else self.cls.name
 
     def build(self) -> Stage:
         return self.cls(*self.args, **self.kwargs)
@@ -102,7 +100,8 @@ def _gets_gpu(resources: StageResources, pipeline: PipelineConfig, gpus_availabl
 def stage_specs(engine: EngineConfig, pipeline: PipelineConfig, identities: Mapping[str, SourceIdentity],
                 reference: Embedding | None, sink: Sink | None, *, gpus_available: bool = False,
                 tracked: bool = False) -> list[StageSpec]:
-    """The chain, in order: detect, swap, paste (, enhance, paste_enhanced) (, encode).
+    """The chain's stages, in order (:func:`~fusion_ray.pipeline.stages.stage_groups`: today
+    detect, swap, paste (, enhance, paste_enhanced)), then encode when there is a sink.
 
     A stage whose actors get no GPU (see ``_gets_gpu``) runs its models on CPU, whatever
     providers ``engine`` asks for. In a fused pool every stage works within the pool's
@@ -110,19 +109,15 @@ def stage_specs(engine: EngineConfig, pipeline: PipelineConfig, identities: Mapp
     only cuts crops (and loads a detector only when the sink has image items, or is unknown).
     """
     fused = pipeline.fused(gpus_available)
-
-    def spec(cls: type[Stage], resources: StageResources, *args: Any, **kwargs: Any) -> StageSpec:
+    images = sink is None or sink.images
+    specs = []
+    for group in stage_groups(Chain.of(engine)):
+        resources = pipeline.resources(group.name, group.wants_gpu)
         gets_gpu = _gets_gpu(resources, pipeline, gpus_available)
         budget = (pipeline.detect if fused else resources).cpu_budget
-        return StageSpec(cls, (engine.in_ray_actor(gets_gpu), *args), {"cpu_budget": budget, **kwargs},
-                         resources, gets_gpu)
-
-    detect = {"tracked": True, "images": sink is None or sink.images} if tracked else {}
-    specs = [spec(DetectStage, pipeline.detect, reference=reference, **detect),
-             spec(SwapStage, pipeline.swap, dict(identities)),
-             spec(PasteStage, pipeline.paste)]
-    if engine.enhance.enabled:
-        specs += [spec(EnhanceStage, pipeline.enhance), spec(PasteEnhancedStage, pipeline.paste_enhanced)]
+        kwargs = {"cpu_budget": budget, "reference": reference, "tracked": tracked, "images": images}
+        specs.append(StageSpec(ChainStage, (engine.in_ray_actor(gets_gpu), group.name, dict(identities)), kwargs,
+                               resources, gets_gpu))
     if sink is not None:
         specs.append(StageSpec(EncodeStage, (list(sink.writers),), {}, pipeline.encode))
     return specs

@@ -89,6 +89,14 @@ class PipelineConfig(_Config):
     progress_bars: bool = Field(default=True, description="Show Ray Data's progress bars.")
 
 
+    def resources(self, stage: str, wants_gpu: bool = False) -> StageResources:
+        """A chain stage's pool resources: its own section, or (a stage a new step made) the
+        swap pool's for a GPU stage and the paste pool's for a CPU one."""
+        own = getattr(self, stage, None)
+        if isinstance(own, StageResources):
+            return own
+        return self.swap if wants_gpu else self.paste
+
     def uses_gpus(self, cluster_gpus: float) -> bool:
         """Whether GPU stages request GPUs, given the GPUs the cluster has now (see ``gpus``)."""
         return self.gpus == "always" or (self.gpus == "auto" and cluster_gpus > 0)
@@ -134,11 +142,35 @@ class PipelineConfig(_Config):
                 "autoscales GPU workers)")
 
 
+class LocalConfig(_Config):
+    """The local runner (one process, no Ray): decode threads feed bounded queues, compute
+    threads run the chain with dynamic batching, one encode thread writes in order.
+
+    Frames held at once are at most ``decode_queue + workers * max_batch + encode_queue``, plus
+    the frames a tracking decoder holds back (its look-ahead) and each open segment's encoder
+    queue (32 frames; about ``decoders`` segments are open): with the defaults about
+    16 + 2 * 8 + 16 + 2 * 32 = 112 frames, 77 MB at 640x360, 700 MB at 1920x1080."""
+
+    decoders: int = Field(default=2, ge=1, description="Decode threads (a video's segments and image items, "
+                          "each unit read by one; with tracking each also tracks its segment's faces).")
+    workers: int = Field(default=2, ge=1, description="Compute threads running the chain's steps.")
+    threads: int = Field(default=1, ge=1, description="ONNX Runtime / OpenCV threads per compute thread.")
+    max_batch: int = Field(default=8, ge=1, description="Most frames a compute thread takes at once.")
+    batch_wait_ms: float = Field(default=15.0, ge=0.0, description="How long a compute thread waits for more "
+                                 "frames once it has one (dynamic batching).")
+    decode_queue: int = Field(default=16, ge=1, description="Decoded frames waiting for a compute thread.")
+    encode_queue: int = Field(default=16, ge=1, description="Processed frames waiting for the encode thread.")
+    auto_ray_frames: int = Field(default=3500, ge=0, description="runner auto: use Ray when the job's known "
+                                 "frames (videos' frames, one per image) exceed this; a cluster address "
+                                 "always picks Ray (BENCHMARKS.md: the measured crossover).")
+
+
 class JobConfig(_Config):
-    """Everything a dataset job needs: the engine and the pipeline."""
+    """Everything a dataset job needs: the engine, the pipeline (Ray) and the local runner."""
 
     engine: EngineConfig = EngineConfig()
     pipeline: PipelineConfig = PipelineConfig()
+    local: LocalConfig = LocalConfig()
     allow_truncated: bool = Field(
         default=False, description="Process a truncated video (its container declares more frames than "
         "its file holds) as far as it goes, with a warning and the missing frames in the report; "
@@ -146,7 +178,7 @@ class JobConfig(_Config):
 
 
 def load_job_config(path: Path | None) -> JobConfig:
-    """configs/pipeline.yaml (sections ``engine`` and ``pipeline``), or the defaults."""
+    """configs/pipeline.yaml (sections ``engine``, ``pipeline`` and ``local``), or the defaults."""
     if path is None:
         return JobConfig()
     return load_yaml_config(path, JobConfig)

@@ -21,38 +21,40 @@ tracking counters (:data:`TRACK_COLUMNS`); the detect stage then only cuts the c
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import pickle
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from ray import cloudpickle
 from ray.data.block import Block, BlockAccessor
 
-from fusion_ray.errors import FusionRayError, is_fatal
-from fusion_ray.imageio import LoadedImage, decode_image, read_image
+from fusion_ray.errors import is_fatal
+from fusion_ray.pipeline.reading import (
+    NO_ALPHA,
+    ReadUnit,
+    alpha_plane,
+    is_remote,
+    message_of,
+    object_column,
+    read_image_at,
+    segment_frames,
+    unpack,
+)
 from fusion_ray.pipeline.report import INFO_ROW
 from fusion_ray.pipeline.track_read import (
+    READ_STAGE,
     TRACK_COLUMNS,
-    SegmentReader,
     TrackedFrame,
     TrackedRead,
     face_columns,
 )
 from fusion_ray.storage import Storage, StorageConfig
-from fusion_ray.video.decode import decode_segment
-from fusion_ray.video.probe import Media
-from fusion_ray.video.segments import Segment
 
 log = logging.getLogger(__name__)
 
 __all__ = ["FRAME_COLUMNS", "INFO_ROW", "NO_ALPHA", "TRACK_COLUMNS", "ReadUnit", "alpha_plane", "info_block",
-           "object_column", "pack", "unpack",
-           "read_images", "read_unit"]
+           "is_remote", "object_column", "pack", "read_images", "read_unit", "unpack"]
 
 FRAME_COLUMNS = ("item", "segment", "index", "time_s", "source_id", "frame", "alpha", "error", "read_failed",
                  "image", "seg_start", "seg_count", "target", "info")
@@ -60,24 +62,6 @@ FRAME_COLUMNS = ("item", "segment", "index", "time_s", "source_id", "frame", "al
 segment's first frame and length (0, 1 for an image); ``target``: where the encode stage sends it (a
 ``VideoTarget`` or an ``ImageTarget``, :func:`pack`-ed); ``info``: ``b""``, or on an info row (no
 frame) what planning found of its item, packed."""
-NO_ALPHA = b""
-
-
-@dataclass(frozen=True)
-class ReadUnit:
-    """One read task: a segment of a video item, or a whole image item (``segment is None``)."""
-
-    item: int
-    path: str
-    source_id: str
-    segment: Segment | None
-    frame_hw: tuple[int, int]
-    fps: float = 30.0
-    target: bytes = b""
-    """Where its frames go: a ``writer.VideoTarget`` or ``writer.ImageTarget``, :func:`pack`-ed
-    once (the units of a video share it)."""
-
-
 class _Rows:
     """The rows of the block being built (with tracking, also the :data:`TRACK_COLUMNS`)."""
 
@@ -131,25 +115,15 @@ class _Rows:
         columns["tracked"] = np.asarray([t is not None for t in self.tracked], np.bool_)
         for name in ("faces_found", "det_full", "det_roi", "faces_interpolated", "tracks_new"):
             columns[name] = np.asarray([getattr(r, name) for r in rows], np.int32)
+        # the read's detection and tracking, in the report's stage table
+        columns[f"busy_ms_{READ_STAGE}"] = np.asarray([r.track_ms for r in rows], np.float64)
+        columns[f"idle_ms_{READ_STAGE}"] = np.zeros(len(rows), np.float64)
         return columns
 
 
 def pack(value: Any) -> bytes:
     """An object for a column (Arrow keeps bytes as they are; it cannot convert a dataclass)."""
     return cloudpickle.dumps(value)  # (mapping proxies in the plans: plain pickle refuses them)
-
-
-def unpack(data: bytes) -> Any:
-    """The object :func:`pack` made. Only this job's own tasks write these columns."""
-    return pickle.loads(data)  # noqa: S301 - the job's own rows, never user input
-
-
-def object_column(values: Sequence[Any]) -> np.ndarray:
-    """A column of Python objects, one per row (numpy would turn sequences into dimensions)."""
-    column = np.empty(len(values), dtype=object)
-    for i, value in enumerate(values):
-        column[i] = value
-    return column
 
 
 def info_block(infos: Sequence[tuple[int, bytes]], tracking: bool) -> Block:
@@ -168,41 +142,6 @@ def _frames_column(frames: list[np.ndarray]) -> np.ndarray:
     return object_column(frames)
 
 
-def is_remote(path: str) -> bool:
-    """Whether a unit's path is the URI of an object in a bucket (``s3://``, ``gs://``)."""
-    return "://" in path and not path.startswith("file://")
-
-
-@contextlib.contextmanager
-def _media(path: str, storage: StorageConfig | None) -> Iterator[Media]:
-    """A local path as it is; an object opened by ranges, closed when the block ends."""
-    if not is_remote(path):
-        yield path
-        return
-    with Storage(storage).open_media(path) as media:
-        yield media
-
-
-def _read_image(path: str, storage: Storage) -> LoadedImage:
-    if is_remote(path):
-        return decode_image(storage.read_bytes(path), path)
-    return read_image(Path(path))
-
-
-def _segment_frames(unit: ReadUnit, tracking: TrackedRead | None,
-                    storage: StorageConfig | None = None) -> Iterator[TrackedFrame]:
-    """The segment's frames in order; with tracking, each with its final faces and counters."""
-    assert unit.segment is not None
-    with _media(unit.path, storage) as media:
-        decoded = decode_segment(media, unit.segment, threads=1)
-        if tracking is None:
-            for frame in decoded:
-                yield TrackedFrame(frame.index, frame.time_s, frame.frame)
-            return
-        reader = SegmentReader(tracking.load_models(), tracking, fps=unit.fps, frame_hw=unit.frame_hw)
-        yield from reader.frames(decoded)
-
-
 def read_unit(unit: ReadUnit, block_frames: int, tracking: TrackedRead | None = None,
               storage: StorageConfig | None = None) -> Iterator[Block]:
     """Decode one unit into blocks of at most ``block_frames`` rows (bounded memory).
@@ -217,7 +156,7 @@ def read_unit(unit: ReadUnit, block_frames: int, tracking: TrackedRead | None = 
     rows = _Rows(unit, tracking is not None)
     next_index = unit.segment.start_frame
     try:
-        for row in _segment_frames(unit, tracking, storage):
+        for row in segment_frames(unit, tracking, storage):
             rows.add(row.index, row.time_s, row.frame, tracked=row if tracking is not None else None)
             next_index = row.index + 1
             if len(rows) >= block_frames:
@@ -226,7 +165,7 @@ def read_unit(unit: ReadUnit, block_frames: int, tracking: TrackedRead | None = 
     except Exception as exc:  # any decode error (an odd pixel format, a PyAV error) fails this item only
         if tracking is not None and is_fatal(exc):
             raise  # a model, provider or memory error: Ray retries the read task
-        message = _message(exc)
+        message = message_of(exc)
         log.warning("cannot read %s (segment %d): %s", unit.path, unit.segment.index, message)
         if len(rows):
             yield rows.block()
@@ -244,10 +183,10 @@ def read_images(units: Sequence[ReadUnit], block_frames: int, tracking: bool = F
     rows = _Rows(units[0], tracking)
     for unit in units:
         try:
-            image = _read_image(unit.path, store)
+            image = read_image_at(unit.path, store)
             rows.add(0, 0.0, image.frame, image.alpha.tobytes() if image.alpha is not None else NO_ALPHA, unit=unit)
         except Exception as exc:  # a corrupt or vanished image fails that item only
-            message = _message(exc)
+            message = message_of(exc)
             log.warning("cannot read %s: %s", unit.path, message)
             rows.add(0, 0.0, np.zeros((2, 2, 3), np.uint8), error=f"read: {message}", unit=unit)
         if len(rows) >= block_frames:
@@ -255,10 +194,6 @@ def read_images(units: Sequence[ReadUnit], block_frames: int, tracking: bool = F
             rows = _Rows(units[0], tracking)
     if len(rows):
         yield rows.block()
-
-
-def _message(exc: Exception) -> str:
-    return str(exc) if isinstance(exc, FusionRayError | OSError) else f"{type(exc).__name__}: {exc}"
 
 
 def image_groups(units: Sequence[ReadUnit], task_bytes: int) -> list[list[ReadUnit]]:
@@ -274,10 +209,3 @@ def image_groups(units: Sequence[ReadUnit], task_bytes: int) -> list[list[ReadUn
         groups[-1].append(unit)
         size += frame_bytes
     return groups
-
-
-def alpha_plane(alpha: bytes, frame: np.ndarray) -> np.ndarray | None:
-    """The alpha plane carried in a row's ``alpha`` column (None when the image has none)."""
-    if not alpha:
-        return None
-    return np.frombuffer(alpha, np.uint8).reshape(frame.shape[:2])

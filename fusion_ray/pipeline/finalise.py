@@ -1,13 +1,12 @@
-"""The end of a video item: check it came back whole, join its segments (with its audio) into
-place in a Ray task, or clean up.
+"""The end of a video item: check it came back whole and join its segments (with its audio) into
+place; no Ray here (the Ray runner runs ``join_item`` as a task, the local runner in a thread).
 
 ``check_video`` runs on the driver, before anything is written (a failed item leaves no
 output, so a re-run retries it): every planned frame was processed, and not every frame
 failed. ``join_item`` is the body of the join task (:data:`join_task`, run near the data): it
 finds the video's frame timestamps again from its packets (the driver never holds them),
 joins the segments beside the output, renames or publishes it into place and removes the
-parts folder. ``cleanup`` aborts the open segments of unfinished videos (their finished
-segments stay, for a re-run to resume) and stops the writers, whatever fails on the way.
+parts folder.
 """
 
 from __future__ import annotations
@@ -18,15 +17,11 @@ import logging
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import ray
 
 from fusion_ray.errors import FusionRayError
 from fusion_ray.pipeline.parts import parts_folder
 from fusion_ray.pipeline.plan import ItemPlan, video_times
 from fusion_ray.pipeline.report import ItemResult
-from fusion_ray.pipeline.tracker import SegmentKey
 from fusion_ray.storage import Location, Storage, StorageConfig
 from fusion_ray.video.join import join_segments
 from fusion_ray.video.probe import Media
@@ -66,10 +61,6 @@ def join_item(plan: ItemPlan, segment_paths: Sequence[Path], comment: str,
     _remove_parts(plan, store)
 
 
-join_task = ray.remote(num_cpus=0.1, max_retries=0)(join_item)
-"""``join_item`` as a Ray task (a joined output must not be written twice by a retry)."""
-
-
 def done_message(result: ItemResult) -> str:
     """A joined video's ``error``: how many of its frames failed (passed through), or nothing."""
     if not result.frames_failed:
@@ -98,26 +89,6 @@ def _join(plan: ItemPlan, segment_paths: Sequence[Path], audio: Media | None, co
         join_segments(local, joined, fps=info.fps, frame_times=plan.frame_times, audio_source=audio,
                       metadata={"comment": comment})
         storage.publish(joined, plan.output, move=True)
-
-
-def cleanup(open_keys: Sequence[SegmentKey], writers: Sequence[Any]) -> None:
-    """Abort the open segments of unfinished videos (their finished segments stay, for a re-run
-    to resume), then stop the writers.
-
-    Each step is independent: a dead or stuck writer is logged and the cleanup goes on, so an
-    exception being handled is not replaced.
-    """
-    if open_keys:
-        for writer in writers:
-            try:
-                ray.get(writer.abort.remote(list(open_keys)), timeout=CLEANUP_TIMEOUT_S)
-            except Exception as exc:
-                log.warning("cleanup: a writer could not abort its open segments: %s: %s", type(exc).__name__, exc)
-    for writer in writers:
-        try:
-            ray.kill(writer)
-        except Exception as exc:
-            log.warning("cleanup: cannot stop a segment writer: %s: %s", type(exc).__name__, exc)
 
 
 def _remove_parts(video: ItemPlan, storage: Storage) -> None:

@@ -43,17 +43,18 @@ Failures are per item, and a failed item leaves no output (so a re-run retries i
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Literal
 
-import ray
-
-from fusion_ray.pipeline.build import cluster_gpus
 from fusion_ray.pipeline.config import JobConfig
+from fusion_ray.pipeline.group import ProgressCallback
 from fusion_ray.pipeline.parts import PARTS_SUFFIX
 from fusion_ray.pipeline.plan import (
+    GroupPlan,
     JobItem,
     JobPlan,
     confine,
@@ -61,7 +62,6 @@ from fusion_ray.pipeline.plan import (
     with_overrides,
 )
 from fusion_ray.pipeline.report import ItemResult, ItemStatus, JobReport, StageStats, typed_error
-from fusion_ray.pipeline.run import ProgressCallback, run_group
 from fusion_ray.storage import Storage
 
 __all__ = ["PARTS_SUFFIX", "ItemResult", "JobItem", "JobPlan", "JobReport", "ProgressCallback", "StageStats",
@@ -70,19 +70,27 @@ __all__ = ["PARTS_SUFFIX", "ItemResult", "JobItem", "JobPlan", "JobReport", "Pro
 log = logging.getLogger(__name__)
 
 
+Runner = Literal["ray", "local"]
+"""Where a job's groups run: Ray Data (:mod:`fusion_ray.pipeline.run`, a cluster or a local Ray
+instance) or one process (:mod:`fusion_ray.runners.local`, which never imports Ray)."""
+
+
 def run_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Path | None = None,
             force: bool = False, progress: ProgressCallback | None = None,
-            report_path: Path | None = None, storage: Storage | None = None) -> JobReport:
-    """Run ``items`` as one streaming job on the connected (or a new local) Ray cluster; inputs
-    in buckets are read through ``storage`` (its config goes to the read tasks)."""
+            report_path: Path | None = None, storage: Storage | None = None, runner: Runner = "ray") -> JobReport:
+    """Run ``items`` as one streaming job with ``runner`` (ray: on the connected, or a new local,
+    Ray cluster); inputs in buckets are read through ``storage``."""
     start = time.perf_counter()
     plan = plan_job(items, cfg, output_root=output_root, force=force, storage=storage)
-    return run_plan(plan, progress=progress, report_path=report_path, started=start)
+    return run_plan(plan, progress=progress, report_path=report_path, started=start, runner=runner)
 
 
 def run_plan(plan: JobPlan, *, progress: ProgressCallback | None = None, report_path: Path | None = None,
-             started: float | None = None) -> JobReport:
-    """Run a planned job (Ray is used only when an item runs); returns and writes its report."""
+             started: float | None = None, runner: Runner = "ray") -> JobReport:
+    """Run a planned job (the runner starts only when an item runs); returns and writes its report.
+
+    Both runners share the planning, this loop (a group's failure fails its items, the others
+    still run), the bookkeeping (:mod:`fusion_ray.pipeline.group`) and the report."""
     start = time.perf_counter() if started is None else started
     results = [item.result() for item in plan.items]
     report = JobReport(results, started=start)
@@ -90,11 +98,10 @@ def run_plan(plan: JobPlan, *, progress: ProgressCallback | None = None, report_
         report.start_rows(rows_path(report_path))
         report.settle()  # the items skipped or failed at planning
     if plan.runs:
-        gpus_now = cluster_gpus()  # one reading: the checks and the runs agree
-        _check_fits(plan, gpus_now)
+        run_group = _group_runner(plan, runner)
         for group in plan.groups:
             try:
-                run_group(plan, group, results, report, progress, gpus_now)
+                run_group(plan, group, results, report, progress)
             except Exception as exc:  # this group's failure; the others still run
                 error = typed_error(exc)  # each failed item carries it (the CLI prints it once)
                 log.info("a group of %d item(s) failed: %s", len(group.members), error)
@@ -115,9 +122,27 @@ def rows_path(report_path: Path) -> Path:
     return rows.with_name(f"{report_path.stem}.rows.jsonl") if rows == report_path else rows
 
 
-def _check_fits(plan: JobPlan, gpus_now: float) -> None:
+GroupRunner = Callable[[JobPlan, GroupPlan, Sequence[ItemResult], JobReport, ProgressCallback | None], None]
+
+
+def _group_runner(plan: JobPlan, runner: Runner) -> GroupRunner:
+    """The function that runs one group with ``runner`` (Ray imported only for ``ray``)."""
+    if runner == "local":
+        from fusion_ray.runners.local import run_group_local
+
+        return run_group_local
+    import ray
+
+    from fusion_ray.pipeline.build import cluster_gpus
+    from fusion_ray.pipeline.run import run_group
+
+    gpus_now = cluster_gpus()  # one reading: the checks and the runs agree
+    _check_fits(plan, gpus_now, float(ray.cluster_resources().get("CPU", 0.0)))
+    return functools.partial(run_group, gpus_now=gpus_now)
+
+
+def _check_fits(plan: JobPlan, gpus_now: float, cluster_cpus: float) -> None:
     """A pipeline that cannot fit is a whole-job error (ConfigError), raised before anything is written."""
-    cluster_cpus = float(ray.cluster_resources().get("CPU", 0.0))
     for group in plan.groups:
         cfg = group.cfg
         cfg.pipeline.check_fits(cluster_cpus, enhance=cfg.engine.enhance.enabled,

@@ -14,99 +14,54 @@ aborted (their finished ones stay, for a re-run to resume) and the writers stopp
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from fusion_ray.image import load_reference
 from fusion_ray.pipeline.build import Sink, build_pipeline
 from fusion_ray.pipeline.config import FUSED_POOL, PipelineConfig
 from fusion_ray.pipeline.datasource import INFO_ROW, unpack
-from fusion_ray.pipeline.finalise import (
-    CLEANUP_TIMEOUT_S,
-    check_video,
-    cleanup,
-    done_message,
-    join_task,
-)
+from fusion_ray.pipeline.finalise import CLEANUP_TIMEOUT_S, join_item
+from fusion_ray.pipeline.group import GroupBook, ProgressCallback, Sources, prepare_group
 from fusion_ray.pipeline.plan import GroupPlan, ItemPlan, JobPlan
-from fusion_ray.pipeline.report import ItemKind, ItemResult, ItemStatus, JobReport
-from fusion_ray.pipeline.sources import driver_provenance, load_driver_engine, prepare_identities
+from fusion_ray.pipeline.report import ItemKind, ItemResult, JobReport
 from fusion_ray.pipeline.stages import stage_names
 from fusion_ray.pipeline.stream import (
     GroupContext,
-    ItemInfo,
     ItemSource,
     chunks,
     decode_units,
     one_row_blocks,
 )
-from fusion_ray.pipeline.track_read import TrackedRead
-from fusion_ray.pipeline.tracker import SegmentKey, SegmentTracker
+from fusion_ray.pipeline.track_read import READ_STAGE, TrackedRead
+from fusion_ray.pipeline.tracker import SegmentKey
 from fusion_ray.pipeline.writer import SegmentWriter, writer_for
-from fusion_ray.storage import Storage
-from fusion_ray.types import Embedding, SourceIdentity
 
 log = logging.getLogger(__name__)
-
-ProgressCallback = Callable[[int, int, JobReport], None]
-"""progress(frames_done, frames_total_known_so_far, report_so_far)."""
-
-
-@dataclass(frozen=True)
-class Sources:
-    """What the driver prepared for the stages: identities by source id, and the reference
-    face's embedding (``--select reference``); each item's source id is in the GroupContext."""
-
-    identities: Mapping[str, SourceIdentity]
-    reference: Embedding | None
-
 
 def run_group(plan: JobPlan, group: GroupPlan, results: Sequence[ItemResult], report: JobReport,
               progress: ProgressCallback | None, gpus_now: float) -> None:
     """Embed the group's sources on the driver, then run its items (see the module docstring)."""
-    driver = load_driver_engine(group.cfg.engine)
-    members = [plan.items[n] for n in group.members]
-    storage = Storage(plan.storage)
-    identities, source_of = prepare_identities({p.index: p.item.sources for p in members}, driver, results,
-                                               storage)
-    report.settle(group.members)  # items whose sources failed
-    sources = Sources(identities, load_reference(driver))
-    provenance = driver_provenance(group.models, driver)
-    report.add_stand_ins(provenance.report_field())
-    report.add_precisions(provenance.precisions)
-    ctx = GroupContext(group.cfg, group.models_fingerprint, source_of, provenance.metadata(), plan.storage, plan.output_root,
-                       plan.force)
-    # The planning tasks get compact plans: a video's timestamps are found again where needed.
-    items = [dataclasses.replace(p, frame_times=None) for p in members if p.index in source_of]
-    run = GroupRun(items, ctx, results, report, provenance.comment())
-    run.execute(sources, progress, gpus_now)
+    prepared = prepare_group(plan, group, results, report)
+    run = GroupRun(prepared.items, prepared.ctx, results, report, prepared.comment)
+    run.execute(prepared.sources, progress, gpus_now)
 
 
-class GroupRun:
-    """The state of one group's run: its items, writers, segment tracker, finishing segments and joins."""
+class GroupRun(GroupBook):
+    """One group's Ray run: the bookkeeping (:class:`GroupBook`), the writer actors, the segments
+    finishing and the join tasks."""
 
     def __init__(self, items: Sequence[ItemPlan], ctx: GroupContext, results: Sequence[ItemResult],
                  report: JobReport, comment: str) -> None:
-        self.items = list(items)
+        super().__init__(items, results, report)
         self.ctx = ctx
-        self.results = results
-        self.report = report
         self.comment = comment
-        self.tracker = SegmentTracker()
-        self.videos: dict[int, ItemPlan] = {}
-        """Registered videos that run (compact plans), until they are joined or failed."""
-        self.heard: set[int] = set()
         self.writers: list[Any] = []
         self.finishing: dict[Any, SegmentKey] = {}
         self.joining: dict[Any, int] = {}
-        self.done_frames = 0
-        self.total = 0
 
     def execute(self, sources: Sources, progress: ProgressCallback | None, gpus_now: float) -> None:
         """Run every item; the cleanup always runs."""
@@ -116,22 +71,15 @@ class GroupRun:
             self._start_writers()
             self._stream(sources, progress, gpus_now)
             self._collect(block=True)
-            self._fail_incomplete()
+            self.fail_incomplete()
         finally:
             self.report.frames += self.done_frames
             self._wait_for_joins()
-            unfinished = {n for n in self.videos if self.results[n].status != ItemStatus.DONE}
-            cleanup(self.tracker.unfinished(unfinished | (self._members() - self.heard)), self.writers)
-
-    def _members(self) -> set[int]:
-        return {p.index for p in self.items}
-
-    def _may_have(self, kind: ItemKind) -> bool:
-        return any(not p.planned or p.kind is kind for p in self.items)
+            cleanup(self.open_segments(), self.writers)
 
     def _start_writers(self) -> None:
         pipeline = self.ctx.cfg.pipeline
-        if not self._may_have(ItemKind.VIDEO):
+        if not self.may_have(ItemKind.VIDEO):
             return
         known = sum(len(p.segments) for p in self.items)
         segments = pipeline.read_tasks if any(not p.planned for p in self.items) else known
@@ -145,11 +93,12 @@ class GroupRun:
         engine, pipeline = self.ctx.cfg.engine, self.ctx.cfg.pipeline
         gpus_available = pipeline.uses_gpus(gpus_now)
         fused = [FUSED_POOL] if pipeline.fused(gpus_available) else []
-        self.report.track_stages([*stage_names(engine), "encode", *fused])
         # Videos are tracked in their decode tasks (one per segment), with the detector's threads.
         tracking = (TrackedRead(engine.in_ray_actor(False), sources.reference, pipeline.detect.cpu_budget)
-                    if engine.tracking.enabled and self._may_have(ItemKind.VIDEO) else None)
-        images = self._may_have(ItemKind.IMAGE)
+                    if engine.tracking.enabled and self.may_have(ItemKind.VIDEO) else None)
+        reads = [READ_STAGE] if tracking is not None else []
+        self.report.track_stages([*reads, *stage_names(engine), "encode", *fused])
+        images = self.may_have(ItemKind.IMAGE)
         # A dataset copies the DataContext when it is created: set it up first.
         with _data_context(pipeline):
             ds = ray.data.read_datasource(
@@ -176,59 +125,16 @@ class GroupRun:
     def _on_batch(self, batch: Mapping[str, Any]) -> None:
         for n, info, error in zip(batch["item"], batch["info"], batch["error"], strict=True):
             if error == INFO_ROW:
-                self._register(int(n), unpack(info))
-        fold = self.report.fold(batch)
-        self.report.settle(fold.items & self.heard)  # an item's row waits for its info (its warnings)
-        self.done_frames += fold.frames
-        for key in self.tracker.receive(fold.segment_frames, fold.segment_lengths):
-            writer = self.writers[writer_for(key, len(self.writers))]
-            self.finishing[writer.finish.remote(key)] = key
+                self.register(int(n), unpack(info))
+        self.fold(batch)
         self._collect(block=False)
 
-    def _register(self, n: int, info: ItemInfo) -> None:
-        """An item's plan came back: what it is, whether it runs, a video's segments."""
-        plan, result = info.plan, self.results[n]
-        if n in self.heard:
-            return  # a planning block delivered twice (a retried task): counted once
-        self.heard.add(n)
-        planned = plan.result()
-        result.kind = planned.kind
-        result.frames_missing, result.missing_from_s = planned.frames_missing, planned.missing_from_s
-        if not plan.runs:
-            result.status, result.error = planned.status, planned.error
-            self.report.settle([n])
-            return
-        result.warnings = list(planned.warnings)  # the same as before for an item planned on the driver
-        self.total += plan.expected_frames
-        if plan.kind is not ItemKind.VIDEO:
-            self.report.settle([n])  # an image may have come back before its info
-            return
-        self.videos[n] = plan
-        self.tracker.add(n, plan.segments)
-        for index, segment in sorted(info.resumed.items()):
-            frames = self.tracker.resume((n, index), Path(segment.path))
-            result.frames += frames
-            result.frames_resumed += frames
-            result.frames_failed += segment.counts.frames_failed
-            result.faces_swapped += segment.counts.faces_swapped
-            result.error = result.error or segment.counts.first_error
-            self.total -= frames
-        if info.resumed:
-            log.info("%s: %d of %d segments resumed from %s", plan.item.target, len(info.resumed),
-                     len(plan.segments), plan.work_dir)
-        self._join_if_complete(n)
+    def finish_segment(self, key: SegmentKey) -> None:
+        writer = self.writers[writer_for(key, len(self.writers))]
+        self.finishing[writer.finish.remote(key)] = key
 
-    def _join_if_complete(self, n: int) -> None:
-        """Start the join task of a video whose segments are all written (if it came back whole)."""
-        result = self.results[n]
-        if n not in self.videos or not self.tracker.complete(n) or result.status != ItemStatus.PENDING:
-            return
-        problem = check_video(self.videos[n], result)
-        if problem is not None:
-            result.fail(problem)
-            self.report.settle([n])
-            return
-        ref = join_task.remote(self.videos[n], self.tracker.paths(n), self.comment, self.ctx.storage)  # type: ignore[call-arg]
+    def start_join(self, n: int, plan: ItemPlan, paths: list[Path]) -> None:
+        ref = join_task.remote(plan, paths, self.comment, self.ctx.storage)  # type: ignore[call-arg]
         self.joining[ref] = n
 
     def _collect(self, *, block: bool) -> None:
@@ -240,34 +146,23 @@ class GroupRun:
                 return
             for ref in ready:
                 if ref in self.finishing:
-                    self._segment_finished(self.finishing.pop(ref), ref)
+                    key = self.finishing.pop(ref)
+                    try:
+                        path, _ = ray.get(ref)
+                    except Exception as exc:
+                        self.segment_finished(key, None, exc)
+                    else:
+                        self.segment_finished(key, path, None)
                 else:
-                    self._joined(self.joining.pop(ref), ref)
+                    self._joined_ref(self.joining.pop(ref), ref)
 
-    def _segment_finished(self, key: SegmentKey, ref: Any) -> None:
-        """A writer closed a segment: join its video once every segment is written."""
-        n = key[0]
-        try:
-            path, _ = ray.get(ref)
-        except Exception as exc:
-            self.tracker.failed(key)
-            self.results[n].fail(exc)
-            self.report.settle([n])
-            return
-        if self.tracker.written(key, Path(path)):
-            self._join_if_complete(n)
-
-    def _joined(self, n: int, ref: Any) -> None:
-        result = self.results[n]
+    def _joined_ref(self, n: int, ref: Any) -> None:
         try:
             ray.get(ref)
         except Exception as exc:
-            result.fail(exc)
+            self.joined(n, exc)
         else:
-            if result.status == ItemStatus.PENDING:  # a read failure that came after all its frames stands
-                result.status, result.error = ItemStatus.DONE, done_message(result)
-        self.videos.pop(n, None)
-        self.report.settle([n])
+            self.joined(n, None)
 
     def _wait_for_joins(self) -> None:
         """Joins still running (the group failed): their outcome is recorded, bounded."""
@@ -275,25 +170,35 @@ class GroupRun:
             return
         ready, _ = ray.wait(list(self.joining), num_returns=len(self.joining), timeout=CLEANUP_TIMEOUT_S)
         for ref in ready:
-            self._joined(self.joining.pop(ref), ref)
+            self._joined_ref(self.joining.pop(ref), ref)
         for ref, n in self.joining.items():  # stopped: an output it was writing never appears
             ray.cancel(ref, force=True)
-            self.results[n].fail(f"the join did not end within {CLEANUP_TIMEOUT_S:.0f} s of the job stopping")
-            self.report.settle([n])
+            self.joined(n, f"the join did not end within {CLEANUP_TIMEOUT_S:.0f} s of the job stopping")
         self.joining.clear()
 
-    def _fail_incomplete(self) -> None:
-        for item in self.items:
-            n = item.index
-            result = self.results[n]
-            if result.status != ItemStatus.PENDING:
-                continue
-            if n not in self.heard:
-                result.fail("incomplete: its plan did not come back from the pipeline")
-            elif result.kind == ItemKind.VIDEO:
-                result.fail(f"incomplete: {self.tracker.progress(n)}")
-            else:
-                result.fail("incomplete: the image did not come back from the pipeline")
+
+join_task = ray.remote(num_cpus=0.1, max_retries=0)(join_item)
+"""``join_item`` as a Ray task (a joined output must not be written twice by a retry)."""
+
+
+def cleanup(open_keys: Sequence[SegmentKey], writers: Sequence[Any]) -> None:
+    """Abort the open segments of unfinished videos (their finished segments stay, for a re-run
+    to resume), then stop the writers.
+
+    Each step is independent: a dead or stuck writer is logged and the cleanup goes on, so an
+    exception being handled is not replaced.
+    """
+    if open_keys:
+        for writer in writers:
+            try:
+                ray.get(writer.abort.remote(list(open_keys)), timeout=CLEANUP_TIMEOUT_S)
+            except Exception as exc:
+                log.warning("cleanup: a writer could not abort its open segments: %s: %s", type(exc).__name__, exc)
+    for writer in writers:
+        try:
+            ray.kill(writer)
+        except Exception as exc:
+            log.warning("cleanup: cannot stop a segment writer: %s: %s", type(exc).__name__, exc)
 
 
 @contextlib.contextmanager

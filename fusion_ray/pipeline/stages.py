@@ -1,17 +1,15 @@
-"""Ray Data stage adapters: thin columnar wrappers over the core chain (:mod:`fusion_ray.core.chain`).
+"""Ray Data stage adapters: the chain's steps (:mod:`fusion_ray.core.steps`) over columnar batches.
 
-A batch is ``dict[str, np.ndarray]`` with one row per frame. Each stage declares, once, the
-columns it consumes and produces, and the columns it retires (consumes for the last time, so
-they leave the batch). Faces travel as a :class:`FaceBatch` in the per-row ``face_*`` columns
-(:data:`FACE_COLUMNS`); a stage that consumes faces and produces new ones replaces them.
+A batch is ``dict[str, np.ndarray]`` with one row per frame. The stages are not written here:
+:func:`stage_groups` cuts the chain into stages (each GPU step alone, the CPU steps between them
+together) and a :class:`ChainStage` runs one group. Its columns follow from its steps' reads and
+writes: it consumes the columns it needs, produces what its steps change and retires the faces
+with the last stage that reads them. Faces travel as a :class:`FaceBatch` in the per-row
+``face_*`` columns (:data:`FACE_COLUMNS`, and :data:`MASK_COLUMN` while they have masks).
 
-``DetectStage`` (CPU)   frame -> faces_detected, faces_selected, faces (swap crops); with tracking
-                        the read task brings each video frame's selected faces and it cuts their crops
-``SwapStage`` (GPU)     faces (+ source_id) -> faces (swapped; one call for every face of the batch)
-``PasteStage`` (CPU)    frame, faces -> frame, faces_swapped; with enhancement also the faces
-                        re-cut for the enhancer, else the faces retire
-``EnhanceStage`` (GPU)  faces -> faces (enhanced, one call)
-``PasteEnhancedStage`` (CPU) frame, faces -> frame; the faces retire
+With today's steps and no GPU step added, the stages are:
+``detect`` (detect, select, align), ``swap``, ``paste`` (mask, paste[, enhance_align]), and with
+enhancement ``enhance`` and ``paste_enhanced`` (enhance_mask, paste_enhanced).
 
 Every stage records, per row, its share of the batch's busy time (``busy_ms_<stage>``) and of
 the time it waited for that batch since the previous one (``idle_ms_<stage>``). A frame whose
@@ -25,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import Any
 
 import cv2
@@ -33,10 +31,9 @@ import numpy as np
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.core import chain
-from fusion_ray.core.facebatch import FACE_COLUMNS, FaceBatch, per_row
-from fusion_ray.core.layout import enhance_layout, swap_layout
+from fusion_ray.core.facebatch import FACE_COLUMNS, MASK_COLUMN, FaceBatch, FrameBatch, per_row
 from fusion_ray.core.modelset import ModelSet
-from fusion_ray.core.swapper import swap_backend
+from fusion_ray.core.steps import Chain, Rows, Step, Tools, run_steps
 from fusion_ray.types import Embedding, SourceIdentity
 
 Batch = dict[str, Any]
@@ -126,168 +123,148 @@ def stack_frames(frames: list[np.ndarray]) -> np.ndarray:
     return per_row(frames)
 
 
-class DetectStage(Stage):
-    """CPU: detect, (embed for reference selection,) select, and cut the swap crops.
+@dataclass(frozen=True)
+class StageGroup:
+    """Consecutive steps of the chain run by one ``map_batches`` stage: each step that wants a
+    GPU alone (its own pool), the CPU steps between them together. Named after its first step
+    that has pool resources in the pipeline config (``detect``, ``swap``, ``paste``, ``enhance``,
+    ``paste_enhanced``), else after its first step."""
 
-    Optional per-row columns ``select_mode`` and ``face_index`` override the configured
-    selection (``all``, ``largest`` or ``index``) for that row.
+    name: str
+    steps: tuple[Step, ...]
+    wants_gpu: bool
 
-    ``tracked=True``: the read tasks tracked the videos' faces (``read_unit`` with
-    tracking): a row marked ``tracked`` brings its selected faces in the face columns and the
-    stage only cuts their crops; other rows (images) are detected here, so the detector is
-    loaded only when ``images`` says such rows may come.
-    """
+    def reads(self) -> set[str]:
+        """What it needs from earlier stages (read before any of its own steps writes it)."""
+        written: set[str] = set()
+        needed: set[str] = set()
+        for step in self.steps:
+            needed |= set(step.reads) - written
+            written |= set(step.writes)
+        return needed
 
-    name = "detect"
-    consumes: tuple[str, ...] = ("frame",)
-    produces = ("faces_detected", "faces_selected", *FACE_COLUMNS)
+    def writes(self) -> set[str]:
+        return {w for step in self.steps for w in step.writes}
 
-    def __init__(self, cfg: EngineConfig, *, cpu_budget: float | None = None,
-                 reference: Embedding | None = None, tracked: bool = False, images: bool = True) -> None:
-        components: list[Any] = ["detector"] if not tracked or images else []
-        if components and cfg.selection.mode == "reference":
-            if reference is None:
-                raise ValueError("reference selection needs the reference embedding")
-            components.append("embedder")
-        self.models = ModelSet.load(cfg, components, cpu_budget=cpu_budget)
-        self.tracked = tracked
-        if tracked:
-            self.consumes = ("frame", "tracked", "faces_found", *READ_FACE_COLUMNS)
-            self.retires = ("tracked", "faces_found")
-        self.default = chain.Selection.of(cfg.selection, reference)
-        self.layout = swap_layout(cfg)
-        super().__init__(_threads(cpu_budget))
 
-    def _selections(self, batch: Batch, n: int) -> list[chain.Selection]:
-        if "select_mode" not in batch:
-            return [self.default] * n
-        # A per-row 'reference' has no reference embedding: select_faces rejects that row.
-        indices = batch["face_index"] if "face_index" in batch else [0] * n
-        return [chain.Selection(str(batch["select_mode"][row]), int(indices[row])) for row in range(n)]
+POOL_STAGES = ("detect", "swap", "paste", "enhance", "paste_enhanced")
+"""The stage names the pipeline config has pool resources for."""
+_FACE_FIELDS = {"faces", "crops", "masks"}
+_COUNTERS = ("faces_detected", "faces_selected", "faces_swapped")
 
-    def process(self, batch: Batch, errors: list[str]) -> Batch:
-        n = num_rows(batch)
-        frames = frames_of(batch)
-        if self.tracked:
-            found = self._tracked(batch, frames, errors)
+
+def stage_groups(steps: Chain) -> list[StageGroup]:
+    """The chain's steps grouped into stages (see :class:`StageGroup`)."""
+    runs: list[list[Step]] = []
+    for step in steps.steps:
+        if step.wants_gpu or not runs or runs[-1][0].wants_gpu:
+            runs.append([step])
         else:
-            found = chain.detect_select(self.models.need_detector(), frames, errors, self._selections(batch, n),
-                                        embedder=self.models.embedder, source_ids=source_ids_of(batch, n))
-        faces = chain.align(frames, found.faces, self.layout, errors, "detect")
-        return {"faces_detected": found.faces_detected, "faces_selected": faces.counts(n), **faces.to_columns(n)}
-
-    def _tracked(self, batch: Batch, frames: list[np.ndarray], errors: list[str]) -> chain.Detections:
-        """The read task's faces of tracked rows; the other rows (images) detected here."""
-        n = num_rows(batch)
-        tracked = np.asarray(batch["tracked"], bool)
-        ids = source_ids_of(batch, n)
-        faces = FaceBatch.from_columns(batch, ids)
-        faces = faces.take(np.flatnonzero(tracked[faces.frame_index]) if len(faces) else [])
-        detected = np.where(tracked, np.asarray(batch["faces_found"], np.int32), 0).astype(np.int32)
-        # untracked rows are images; a row with an error (unread, an item's info row) is skipped
-        rows = np.flatnonzero(~tracked & ~np.asarray([bool(e) for e in errors], bool))
-        if len(rows):
-            sub_errors = [errors[r] for r in rows]
-            selections = self._selections(batch, n)
-            found = chain.detect_select(self.models.need_detector(), [frames[r] for r in rows], sub_errors,
-                                        [selections[r] for r in rows], embedder=self.models.embedder,
-                                        source_ids=[ids[r] for r in rows])
-            for k, r in enumerate(rows):
-                errors[r] = sub_errors[k]
-            detected[rows] = found.faces_detected
-            faces = FaceBatch.merge([faces, replace(found.faces, frame_index=rows[found.faces.frame_index])])
-        return chain.Detections(faces, detected)
-
-
-class SwapStage(Stage):
-    """GPU: swap every face of every frame in the batch in one batched call.
-
-    Each row's identity is ``identities[source_id]``: a job's sources, embedded once on the
-    driver and shared with every actor.
-    """
-
-    name = "swap"
-    consumes = FACE_INPUTS
-    produces = FACE_COLUMNS
-    rows_column = "face_bbox"
-
-    def __init__(self, cfg: EngineConfig, identities: Mapping[str, SourceIdentity] | None = None, *,
-                 cpu_budget: float | None = None) -> None:
-        self.models = ModelSet.load(cfg, ["swapper"], cpu_budget=cpu_budget)
-        self.backend = swap_backend(cfg, self.models)
-        self.identities = dict(identities or {})
-        super().__init__(_threads(cpu_budget))
-
-    def process(self, batch: Batch, errors: list[str]) -> Batch:
-        n = num_rows(batch, self.rows_column)
-        faces = FaceBatch.from_columns(batch, source_ids_of(batch, n))
-        return chain.swap(self.backend, faces, self.identities, errors).to_columns(n)
-
-
-class PasteStage(Stage):
-    """CPU: paste the swapped crops back; with enhancement, cut the enhancer crops too."""
-
-    name = "paste"
-    consumes = ("frame", *FACE_INPUTS)
-    produces = ("frame", "faces_swapped", *FACE_COLUMNS)
-
-    def __init__(self, cfg: EngineConfig, *, cpu_budget: float | None = None) -> None:
-        self.layout = swap_layout(cfg)
-        self.enhance_layout = enhance_layout(cfg) if cfg.enhance.enabled else None
-        self.retires = () if cfg.enhance.enabled else FACE_COLUMNS
-        super().__init__(_threads(cpu_budget))
-
-    def process(self, batch: Batch, errors: list[str]) -> Batch:
-        n = num_rows(batch)
-        faces = FaceBatch.from_columns(batch)
-        frames = chain.paste(frames_of(batch), faces, self.layout, errors)
-        faces = faces.without_frames([r for r, e in enumerate(errors) if e])
-        out: Batch = {"frame": stack_frames(frames), "faces_swapped": faces.counts(n)}
-        if self.enhance_layout is not None:
-            out.update(chain.align_for_enhance(frames, faces, self.enhance_layout, errors).to_columns(n))
-        return out
-
-
-class EnhanceStage(Stage):
-    """GPU: enhance every swapped face of the batch in one batched call."""
-
-    name = "enhance"
-    consumes = FACE_INPUTS
-    produces = FACE_COLUMNS
-    rows_column = "face_bbox"
-
-    def __init__(self, cfg: EngineConfig, *, cpu_budget: float | None = None) -> None:
-        self.models = ModelSet.load(cfg, ["enhancer"], cpu_budget=cpu_budget)
-        self.blend = cfg.enhance.blend
-        super().__init__(_threads(cpu_budget))
-
-    def process(self, batch: Batch, errors: list[str]) -> Batch:
-        n = num_rows(batch, self.rows_column)
-        faces = FaceBatch.from_columns(batch).without_frames([r for r, e in enumerate(errors) if e])
-        return chain.enhance(self.models.need_enhancer(), faces, self.blend).to_columns(n)
-
-
-class PasteEnhancedStage(Stage):
-    """CPU: paste the enhanced crops back."""
-
-    name = "paste_enhanced"
-    consumes = ("frame", *FACE_INPUTS)
-    produces = ("frame",)
-    retires = FACE_COLUMNS
-
-    def __init__(self, cfg: EngineConfig, *, cpu_budget: float | None = None) -> None:
-        self.layout = enhance_layout(cfg)
-        super().__init__(_threads(cpu_budget))
-
-    def process(self, batch: Batch, errors: list[str]) -> Batch:
-        frames = chain.paste(frames_of(batch), FaceBatch.from_columns(batch), self.layout, errors,
-                             "paste_enhanced")
-        return {"frame": stack_frames(frames)}
+            runs[-1].append(step)
+    groups = []
+    for run in runs:
+        name = next((s.name for s in run if s.name in POOL_STAGES), run[0].name)
+        groups.append(StageGroup(name, tuple(run), run[0].wants_gpu))
+    return groups
 
 
 def stage_names(cfg: EngineConfig) -> list[str]:
     """The stage names a pipeline with ``cfg`` runs, in order."""
-    names = ["detect", "swap", "paste"]
-    if cfg.enhance.enabled:
-        names += ["enhance", "paste_enhanced"]
-    return names
+    return [g.name for g in stage_groups(Chain.of(cfg))]
+
+
+class ChainStage(Stage):
+    """One stage of the chain (a :class:`StageGroup` of its steps) over a dict batch.
+
+    Reads the frames and the faces the steps need from the batch's columns, runs the steps
+    (:func:`fusion_ray.core.steps.run_steps`), and writes back what they changed: the frames,
+    the per-frame counters, and the faces while a later stage still reads them (the faces retire
+    with the last stage that does).
+
+    Optional per-row columns ``select_mode`` and ``face_index`` override the configured
+    selection (``all``, ``largest`` or ``index``) for that row; ``source_id`` names each row's
+    identity in ``identities`` (a job's sources, embedded once on the driver).
+
+    ``tracked=True``: the read tasks tracked the videos' faces (``read_unit`` with tracking): a
+    row marked ``tracked`` brings its selected faces in the face columns, and detect and select
+    leave them as they are; other rows (images) are detected here, so the detector is loaded only
+    when ``images`` says such rows may come.
+    """
+
+    def __init__(self, cfg: EngineConfig, name: str, identities: Mapping[str, SourceIdentity] | None = None, *,
+                 cpu_budget: float | None = None, reference: Embedding | None = None, tracked: bool = False,
+                 images: bool = True) -> None:
+        groups = stage_groups(Chain.of(cfg))
+        names = [g.name for g in groups]
+        if name not in names:
+            raise StageInputError(f"no stage {name!r} in this chain; it has {names}")
+        k = names.index(name)
+        self.group = groups[k]
+        self.name = name
+        detects = any(s.phase == "detect" for s in self.group.steps)
+        components = [c for s in self.group.steps for c in s.components(cfg)]
+        if detects and tracked and not images:
+            components = [c for c in components if c not in ("detector", "embedder")]
+        if "embedder" in components and reference is None:
+            raise ValueError("reference selection needs the reference embedding")
+        self.models = ModelSet.load(cfg, list(dict.fromkeys(components)), cpu_budget=cpu_budget)
+        self.tools = Tools(cfg, self.models)
+        self.identities = dict(identities or {})
+        self.default = chain.Selection.of(cfg.selection, reference)
+        self.tracked = tracked and detects
+        reads, writes = self.group.reads(), self.group.writes()
+        later = set().union(*(g.reads() for g in groups[k + 1:]))
+        self.reads_frame = "frame" in reads
+        self.rows_column = "frame" if self.reads_frame else "face_bbox"
+        self.emits_faces = bool(writes & _FACE_FIELDS) and bool(later & _FACE_FIELDS)
+        consumes: list[str] = ["frame"] if self.reads_frame else []
+        if "faces" in reads:
+            consumes += READ_FACE_COLUMNS
+        if "crops" in reads:
+            consumes += [*READ_FACE_COLUMNS, "face_crop", "face_affine"]
+        if self.tracked:
+            consumes += ["tracked", "faces_found", *READ_FACE_COLUMNS]
+        self.consumes = tuple(dict.fromkeys(consumes))
+        self.counters = tuple(c for c in _COUNTERS if c in writes)
+        faces_out = (*FACE_COLUMNS, MASK_COLUMN) if self.emits_faces else ()
+        self.produces = (*(("frame",) if "frame" in writes else ()), *self.counters, *faces_out)
+        handles_faces = bool((reads | writes) & _FACE_FIELDS) or self.tracked
+        retired = (*FACE_COLUMNS, MASK_COLUMN) if handles_faces else ()
+        self.retires = (*retired, *(("tracked", "faces_found") if self.tracked else ()))
+        super().__init__(_threads(cpu_budget))
+
+    def _rows(self, batch: Batch, n: int) -> Rows:
+        if "select_mode" in batch:
+            # A per-row 'reference' has no reference embedding: select_faces rejects that row.
+            indices = batch["face_index"] if "face_index" in batch else [0] * n
+            selections = [chain.Selection(str(batch["select_mode"][row]), int(indices[row])) for row in range(n)]
+        else:
+            selections = [self.default] * n
+        given = np.asarray(batch["tracked"], bool) if self.tracked else None
+        found = np.asarray(batch["faces_found"], np.int32) if self.tracked else None
+        return Rows(selections, source_ids_of(batch, n), self.identities, given, found)
+
+    def process(self, batch: Batch, errors: list[str]) -> Batch:
+        n = num_rows(batch, self.rows_column)
+        rows = self._rows(batch, n)
+        frames = frames_of(batch) if self.reads_frame else [_NO_FRAME] * n
+        faces = FaceBatch.from_columns(batch, rows.source_ids) if "face_bbox" in batch else FaceBatch.empty()
+        done = run_steps(self.group.steps, self.tools, rows, FrameBatch(frames, errors, faces))
+        out: Batch = {name: done.counter(name) for name in self.counters}
+        if "frame" in self.produces:
+            out["frame"] = stack_frames(done.frames)
+        if self.emits_faces:
+            out.update(done.faces.to_columns(n))
+        return out
+
+
+_NO_FRAME = np.zeros((1, 1, 3), np.uint8)
+"""What a stage that reads no frame (a GPU stage: faces only) holds in its place."""
+
+
+def chain_stages(cfg: EngineConfig, identities: Mapping[str, SourceIdentity] | None = None, *,
+                 cpu_budget: float | None = None, reference: Embedding | None = None, tracked: bool = False,
+                 images: bool = True) -> list[ChainStage]:
+    """Every stage of ``cfg``'s chain, in order (each loads its own models)."""
+    return [ChainStage(cfg, name, identities, cpu_budget=cpu_budget, reference=reference, tracked=tracked,
+                       images=images) for name in stage_names(cfg)]

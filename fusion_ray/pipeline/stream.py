@@ -32,9 +32,6 @@ import numpy as np
 from ray.data.block import Block, BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from fusion_ray.errors import describe_error
-from fusion_ray.imageio import FORMAT_CHANGES_KEY
-from fusion_ray.pipeline.config import JobConfig
 from fusion_ray.pipeline.datasource import (
     ReadUnit,
     image_groups,
@@ -45,23 +42,15 @@ from fusion_ray.pipeline.datasource import (
     read_unit,
     unpack,
 )
-from fusion_ray.pipeline.parts import ResumedSegment, finished_segments
-from fusion_ray.pipeline.plan import ItemPlan, Output, plan_item, with_parts_key
-from fusion_ray.pipeline.report import ItemKind, ItemStatus
+from fusion_ray.pipeline.items import GroupContext, ItemInfo, plan_one
+from fusion_ray.pipeline.plan import ItemPlan
 from fusion_ray.pipeline.track_read import TrackedRead
-from fusion_ray.pipeline.writer import ImageTarget, VideoTarget
-from fusion_ray.storage import Location, Storage, StorageConfig
+from fusion_ray.storage import Storage, StorageConfig
+
+__all__ = ["GroupContext", "ItemInfo", "ItemSource", "Units", "chunks", "decode_units", "one_row_blocks",
+           "plan_items"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ItemInfo:
-    """What planning found of one item, for the driver: compact (no frame timestamps)."""
-
-    plan: ItemPlan
-    resumed: Mapping[int, ResumedSegment] = dataclasses.field(default_factory=dict)
-    """Segments an earlier run finished, by index: the file and its frames' counts."""
 
 
 @dataclass(frozen=True)
@@ -69,21 +58,6 @@ class Units:
     """The read units of one decode call: a video segment, or a group of images."""
 
     units: tuple[ReadUnit, ...]
-
-
-@dataclass(frozen=True)
-class GroupContext:
-    """What the planning tasks need to know of the group."""
-
-    cfg: JobConfig
-    models: str
-    """The group's :func:`fusion_ray.pipeline.parts.models_fingerprint`."""
-    source_of: Mapping[int, str]
-    metadata: Mapping[str, str]
-    """The provenance written into every image output."""
-    storage: StorageConfig = StorageConfig()
-    output_root: Output | None = None
-    force: bool = False
 
 
 def plan_items(items: Sequence[ItemPlan], ctx: GroupContext) -> Iterator[Block]:
@@ -95,7 +69,7 @@ def plan_items(items: Sequence[ItemPlan], ctx: GroupContext) -> Iterator[Block]:
     videos: list[ReadUnit] = []
     images: list[ReadUnit] = []
     for given in items:
-        info, units = _plan_one(given, ctx, storage)
+        info, units = plan_one(given, ctx, storage)
         infos.append(info)
         videos += [u for u in units if u.segment is not None]
         images += [u for u in units if u.segment is None]
@@ -107,60 +81,6 @@ def plan_items(items: Sequence[ItemPlan], ctx: GroupContext) -> Iterator[Block]:
         rows["units"].append(pack(Units(group)) if group else b"")
     yield BlockAccessor.batch_to_block({"item": np.asarray(rows["item"], np.int64),
                                         "infos": object_column(rows["infos"]), "units": object_column(rows["units"])})
-
-
-def _plan_one(given: ItemPlan, ctx: GroupContext, storage: Storage) -> tuple[ItemInfo, list[ReadUnit]]:
-    """An item's info and the units still to decode (none when it does not run)."""
-    plan = given
-    if not plan.planned:
-        plan = with_parts_key(plan_item(given.index, given.item, ctx.cfg, output_root=ctx.output_root,
-                                        force=ctx.force, storage=storage), ctx.cfg, ctx.models)
-    resumed: dict[int, ResumedSegment] = {}
-    units: list[ReadUnit] = []
-    if plan.runs:
-        try:
-            _make_folders(plan, storage)
-            if plan.kind is ItemKind.VIDEO:
-                if not plan.parts_key:
-                    raise ValueError(f"item {plan.index}: a video planned without its parts key")
-                resumed = finished_segments(storage, plan.work_dir, plan.segments)
-                units = _video_units(plan, ctx, set(resumed))
-            else:
-                units = [ReadUnit(plan.index, str(plan.item.target), ctx.source_of[plan.index], None, plan.frame_hw,
-                                  target=_image_target(plan, ctx))]
-        except Exception as exc:  # this item fails alone (a model or Ray error is no planning error)
-            plan = dataclasses.replace(plan, status=ItemStatus.FAILED, error=describe_error(exc))
-            units = []
-    compact = dataclasses.replace(plan, frame_times=None, cause=None)
-    return ItemInfo(compact, resumed), units
-
-
-def _video_units(plan: ItemPlan, ctx: GroupContext, resumed: set[int]) -> list[ReadUnit]:
-    video = plan.video
-    assert video is not None
-    target = pack(VideoTarget(video.fps, video.width, video.height, str(plan.work_dir), ctx.storage,
-                               plan.pix_fmt))
-    source_id = ctx.source_of[plan.index]
-    return [ReadUnit(plan.index, str(plan.item.target), source_id, s, plan.frame_hw, float(video.fps), target)
-            for s in plan.segments if s.index not in resumed]
-
-
-def _image_target(plan: ItemPlan, ctx: GroupContext) -> bytes:
-    """An image's output and its metadata: the provenance, and what writing it changed (as the
-    image command), packed."""
-    metadata = dict(ctx.metadata)
-    if plan.format_changes:
-        metadata[FORMAT_CHANGES_KEY] = "; ".join(plan.format_changes)
-    return pack(ImageTarget(str(plan.output), metadata, ctx.storage))
-
-
-def _make_folders(plan: ItemPlan, storage: Storage) -> None:
-    """The output's folder and a video's parts folder; in a bucket there are no folders to make."""
-    if isinstance(plan.output, Location) or isinstance(plan.work_dir, Location):
-        return
-    plan.output.parent.mkdir(parents=True, exist_ok=True)
-    if plan.kind is ItemKind.VIDEO:
-        plan.work_dir.mkdir(parents=True, exist_ok=True)
 
 
 def decode_units(batch: Mapping[str, Any], *, block_frames: int, block_mb: float, tracking: TrackedRead | None,

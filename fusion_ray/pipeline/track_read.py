@@ -44,6 +44,9 @@ from fusion_ray.video.decode import DecodedFrame
 
 log = logging.getLogger(__name__)
 
+READ_STAGE = "track"
+"""The report's name for the detection and tracking a read does (busy time per frame in the rows'
+``busy_ms_track``): it runs where the frames are decoded, not in a stage."""
 TRACK_COLUMNS = (*READ_FACE_COLUMNS, "tracked", "faces_found", "det_full", "det_roi", "faces_interpolated",
                  "tracks_new")
 """Per-row columns of a tracking read task: the selected faces; ``tracked`` (the faces were
@@ -87,6 +90,8 @@ class TrackedFrame:
     faces: FrameFaces = field(default_factory=FrameFaces.empty)
     faces_found: int = 0
     tracks_new: int = 0
+    track_ms: float = 0.0
+    """Time the reader spent detecting, tracking and selecting for this frame."""
 
     @property
     def faces_interpolated(self) -> int:
@@ -112,13 +117,17 @@ class SegmentReader:
 
     def frames(self, decoded: Iterable[DecodedFrame]) -> Iterator[TrackedFrame]:
         for item in decoded:
+            start = time.perf_counter()
             full, roi = self.detector.counters.full, self.detector.counters.roi
             step = self.detector.step(item.index, item.frame)
-            self.buffer.append(TrackedFrame(item.index, item.time_s, item.frame,
-                                            det_full=self.detector.counters.full - full,
-                                            det_roi=self.detector.counters.roi - roi))
+            row = TrackedFrame(item.index, item.time_s, item.frame, det_full=self.detector.counters.full - full,
+                               det_roi=self.detector.counters.roi - roi)
+            self.buffer.append(row)
             self.peak_buffered = max(self.peak_buffered, len(self.buffer))
-            yield from self._release(self.tracks.add(item.index, step.raw, step.backfill))
+            final = self.tracks.add(item.index, step.raw, step.backfill)
+            released = list(self._release(final))
+            row.track_ms += (time.perf_counter() - start) * 1000.0
+            yield from released
         yield from self._release(self.tracks.finish())
 
     def _release(self, final: Sequence[tuple[int, FrameFaces]]) -> Iterator[TrackedFrame]:
@@ -149,15 +158,20 @@ class SegmentReader:
         return self._embeddings
 
 
-def face_columns(faces: Sequence[FrameFaces], source_id: str) -> dict[str, np.ndarray]:
-    """The :data:`READ_FACE_COLUMNS` of one block (row r holds ``faces[r]``)."""
+def faces_of(faces: Sequence[FrameFaces], source_ids: Sequence[str]) -> FaceBatch:
+    """One FaceBatch of several frames' tracked faces (frame r holds ``faces[r]``, its source
+    ``source_ids[r]``)."""
     counts = [len(f) for f in faces]
     if not sum(counts):
-        batch = FaceBatch.empty()
-    else:
-        batch = FaceBatch(np.repeat(np.arange(len(faces)), counts), np.concatenate([f.bbox_xyxy for f in faces]),
-                          np.concatenate([f.landmarks_5 for f in faces]),
-                          np.clip(np.concatenate([f.score for f in faces]), 0.0, 1.0),
-                          np.full(sum(counts), source_id, object), np.concatenate([f.track_id for f in faces]))
-    columns = batch.to_columns(len(faces))
+        return FaceBatch.empty()
+    rows = np.repeat(np.arange(len(faces)), counts)
+    return FaceBatch(rows, np.concatenate([f.bbox_xyxy for f in faces]), np.concatenate([f.landmarks_5 for f in faces]),
+                     np.clip(np.concatenate([f.score for f in faces]), 0.0, 1.0),
+                     np.asarray([source_ids[int(r)] for r in rows], dtype=np.object_),
+                     np.concatenate([f.track_id for f in faces]))
+
+
+def face_columns(faces: Sequence[FrameFaces], source_id: str) -> dict[str, np.ndarray]:
+    """The :data:`READ_FACE_COLUMNS` of one block (row r holds ``faces[r]``)."""
+    columns = faces_of(faces, [source_id] * len(faces)).to_columns(len(faces))
     return {name: columns[name] for name in READ_FACE_COLUMNS}

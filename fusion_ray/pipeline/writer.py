@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from fusion_ray.imageio import encode_image, write_bytes_atomic
-from fusion_ray.pipeline.datasource import alpha_plane, is_remote, unpack
 from fusion_ray.pipeline.parts import SegmentCounts, counts_name, segment_name
+from fusion_ray.pipeline.reading import alpha_plane, is_remote, unpack
 from fusion_ray.pipeline.stages import Batch, Stage, num_rows
 from fusion_ray.pipeline.tracker import SegmentKey
 from fusion_ray.storage import Storage, StorageConfig
@@ -296,13 +296,17 @@ class EncodeStage(Stage):
 
     def _write_image(self, batch: Batch, errors: list[str], row: int, target: ImageTarget) -> None:
         try:
-            output = Path(target.output_path)
-            frame = np.asarray(batch["frame"][row])
-            alpha = alpha_plane(batch["alpha"][row], frame)  # decoded with the frame by the read task
-            data = encode_image(frame, output.suffix, alpha=alpha, metadata=target.metadata)
-            if is_remote(target.output_path):
-                Storage(target.storage).write_bytes_atomic(target.output_path, data)  # whole or not at all
-            else:
-                write_bytes_atomic(output, data, force=True)
+            write_image(np.asarray(batch["frame"][row]), batch["alpha"][row], target)
         except Exception as exc:
             errors[row] = f"{self.name}: {type(exc).__name__}: {exc}"
+
+
+def write_image(frame: np.ndarray, alpha: bytes, target: ImageTarget) -> None:
+    """Write an image item: its frame with the alpha plane its read decoded, whole or not at all
+    (in its bucket too)."""
+    output = Path(target.output_path)
+    data = encode_image(frame, output.suffix, alpha=alpha_plane(alpha, frame), metadata=target.metadata)
+    if is_remote(target.output_path):
+        Storage(target.storage).write_bytes_atomic(target.output_path, data)
+    else:
+        write_bytes_atomic(output, data, force=True)

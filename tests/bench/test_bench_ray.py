@@ -24,7 +24,8 @@ def test_bench_runs_serial_pipeline_and_sweep_on_the_same_frames(tmp_path, scrfd
     assert pipeline["status"] == "done" and pipeline["frames"] == 12
     assert pipeline["ray_started_here"] is False and pipeline["ray_startup_s"] == 0
     assert pipeline["faces_swapped"] == data["serial"]["fit"]["faces_swapped"] == 12
-    assert set(pipeline["stages"]) == {"detect", "swap", "paste", "encode", "fused"}  # no GPU: one fused pool
+    # no GPU: one fused pool; "track": the read tasks' detection (tracking is on)
+    assert set(pipeline["stages"]) == {"track", "detect", "swap", "paste", "encode", "fused"}
     for stage in pipeline["stages"].values():
         assert 0.0 <= stage["idle_ratio"] <= 1.0 and stage["ms_per_frame"] >= 0
     assert 0 < pipeline["first_output_s"] <= pipeline["wall_s"] and "steady_frames_per_s" in pipeline

@@ -12,7 +12,7 @@ CUDA = EngineConfig(runtime=RuntimeConfig(providers=["cuda"]), enhance=EnhanceCo
 
 def _providers(pipeline, gpus_available):
     specs = stage_specs(CUDA, pipeline, {}, None, Sink([]), gpus_available=gpus_available)
-    return {spec.cls.name: spec.args[0].runtime.providers for spec in specs if spec.cls is not EncodeStage}
+    return {spec.name: spec.args[0].runtime.providers for spec in specs if spec.cls is not EncodeStage}
 
 
 def test_on_a_gpu_cluster_only_the_gpu_stages_keep_gpu_providers():
@@ -46,11 +46,11 @@ def test_pools_ask_ray_for_a_gpu_exactly_when_their_stage_keeps_gpu_providers(gp
     pipeline = PipelineConfig(fuse="never")
     for spec in stage_specs(CUDA, pipeline, {}, None, None, gpus_available=gpus_available):
         args = _pool_args(spec.resources, _gets_gpu(spec.resources, pipeline, gpus_available))
-        assert ("num_gpus" in args) == (spec.args[0].runtime.providers == ["cuda"]), spec.cls.name
+        assert ("num_gpus" in args) == (spec.args[0].runtime.providers == ["cuda"]), spec.name
 
 
 def test_gpu_stages_use_device_0_because_ray_shows_each_actor_only_its_gpu():
     on_gpu1 = CUDA.model_copy(update={"runtime": RuntimeConfig(providers=["cuda"], device_id=1)})
     specs = stage_specs(on_gpu1, PipelineConfig(), {}, None, None, gpus_available=True)
-    devices = {spec.cls.name: (spec.args[0].runtime.providers, spec.args[0].runtime.device_id) for spec in specs}
+    devices = {spec.name: (spec.args[0].runtime.providers, spec.args[0].runtime.device_id) for spec in specs}
     assert devices["swap"] == (["cuda"], 0) and devices["enhance"] == (["cuda"], 0)

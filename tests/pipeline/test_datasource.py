@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fusion_ray.errors import VideoError
-from fusion_ray.pipeline import datasource
+from fusion_ray.pipeline import datasource, reading
 from fusion_ray.pipeline.datasource import NO_ALPHA, ReadUnit, alpha_plane, read_unit
 from fusion_ray.video import make_test_video, plan_segments
 
@@ -39,14 +39,14 @@ def test_any_decode_error_fails_only_the_unit(unit, monkeypatch, exc):
         yield from []
         raise exc
 
-    monkeypatch.setattr(datasource, "decode_segment", decode)
+    monkeypatch.setattr(reading, "decode_segment", decode)  # the read tasks decode through it
     rows = _rows(unit)
     assert len(rows) == 1 and rows[0]["item"] == 3 and rows[0]["read_failed"] and rows[0]["index"] == 0
     assert rows[0]["error"].startswith("read: ") and str(exc) in rows[0]["error"]
 
 
 def test_frames_before_the_error_are_kept(unit, monkeypatch):
-    real = datasource.decode_segment
+    real = reading.decode_segment
 
     def decode(path, segment, threads):
         for n, frame in enumerate(real(path, segment, threads=threads)):
@@ -54,7 +54,7 @@ def test_frames_before_the_error_are_kept(unit, monkeypatch):
                 raise ValueError("bad frame")
             yield frame
 
-    monkeypatch.setattr(datasource, "decode_segment", decode)
+    monkeypatch.setattr(reading, "decode_segment", decode)  # the read tasks decode through it
     rows = _rows(unit)
     assert [r["index"] for r in rows] == [0, 1, 2, 3, 4, 5]  # the marked row: the first frame not read
     assert [r["read_failed"] for r in rows] == [False] * 5 + [True]

@@ -11,9 +11,10 @@ import ray
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.pipeline.config import JobConfig, PipelineConfig
-from fusion_ray.pipeline.finalise import check_video, cleanup, done_message, join_item
+from fusion_ray.pipeline.finalise import check_video, done_message, join_item
 from fusion_ray.pipeline.plan import JobItem, plan_job
 from fusion_ray.pipeline.report import JobReport
+from fusion_ray.pipeline.run import cleanup
 from fusion_ray.pipeline.writer import SegmentWriter, VideoTarget
 from fusion_ray.video import EncodeOptions, make_test_video, probe
 

@@ -227,7 +227,7 @@ def test_video_swap_command(media, tmp_path, standin_dir, scrfd_path, capsys):
     out = tmp_path / "swapped.mp4"
     code = main(["swap", "-s", str(media["source"]), "-t", str(media["clip2"]), "-o", str(out),
                  "--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu",
-                 "--no-progress-bars", "--report", str(tmp_path / "r.json")])
+                 "--no-progress-bars", "--report", str(tmp_path / "r.json"), "--runner", "ray"])
     err = capsys.readouterr().err
     assert code == 0, err
     assert "frames/s" in err and "idle %" in err and "detect" in err

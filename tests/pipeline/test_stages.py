@@ -9,16 +9,7 @@ from fusion_ray.config import EngineConfig, EnhanceConfig, RuntimeConfig, SwapCo
 from fusion_ray.core.facebatch import FACE_COLUMNS
 from fusion_ray.engine import Engine
 from fusion_ray.imageio import read_image
-from fusion_ray.pipeline.stages import (
-    DetectStage,
-    EnhanceStage,
-    PasteEnhancedStage,
-    PasteStage,
-    Stage,
-    StageInputError,
-    SwapStage,
-    stage_names,
-)
+from fusion_ray.pipeline.stages import ChainStage, Stage, StageInputError, chain_stages, stage_names
 
 CPU = RuntimeConfig(providers=["cpu"])
 
@@ -33,10 +24,8 @@ def frames(images_dir):
 def run_chain(cfg, frames, identity, extra=None):
     batch = {"frame": frames, "index": np.arange(len(frames))}
     batch.update(extra or {})
-    for stage in [DetectStage(cfg, cpu_budget=1), SwapStage(cfg, {"default": identity}, cpu_budget=1), PasteStage(cfg)]:
+    for stage in chain_stages(cfg, {"default": identity}, cpu_budget=1):
         batch = stage(batch)
-    if cfg.enhance.enabled:
-        batch = PasteEnhancedStage(cfg)(EnhanceStage(cfg, cpu_budget=1)(batch))
     return batch
 
 
@@ -57,6 +46,8 @@ def test_chain_matches_the_engine(models_config, images_dir, frames, swapper, en
         assert f"busy_ms_{name}" in out and f"idle_ms_{name}" in out
     assert "crops" not in out and "enhance_crops" not in out  # intermediates are dropped
     assert not set(FACE_COLUMNS) & set(out)  # the faces retire with the last paste
+    assert stage_names(cfg) == (["detect", "swap", "paste", "enhance", "paste_enhanced"] if enhance
+                                else ["detect", "swap", "paste"])
 
 
 def test_bad_frame_is_passed_through_and_marked(models_config, images_dir, frames):
@@ -82,7 +73,7 @@ def test_unknown_source_id_marks_only_its_rows(models_config, images_dir, frames
 
 
 def test_missing_column_is_a_wiring_error(models_config):
-    stage = PasteStage(EngineConfig(models=models_config, runtime=CPU))
+    stage = ChainStage(EngineConfig(models=models_config, runtime=CPU), "paste")
     with pytest.raises(StageInputError, match="lacks column"):
         stage({"frame": np.zeros((1, 8, 8, 3), np.uint8)})
 
@@ -149,17 +140,35 @@ def test_a_tracked_detect_stage_cuts_the_read_tasks_faces_and_detects_images(mod
              "face_landmarks": per_row([moved[None], np.zeros((0, 5, 2), np.float32)]),
              "face_score": per_row([np.asarray([0.9], np.float32), np.zeros(0, np.float32)]),
              "face_track": per_row([np.asarray([4]), np.zeros(0, np.int64)])}
-    out = DetectStage(cfg, cpu_budget=1, tracked=True, images=True)(batch)
+    out = ChainStage(cfg, "detect", cpu_budget=1, tracked=True, images=True)(batch)
     assert out["faces_detected"].tolist() == [2, 1] and out["faces_selected"].tolist() == [1, 1]
     assert "tracked" not in out and "faces_found" not in out
     layout = swap_layout(cfg)
     assert np.array_equal(out["face_crop"][0], align_crops(frames[0], moved[None], layout)[0])
-    untracked = DetectStage(cfg, cpu_budget=1)({"frame": frames[2:]})
+    untracked = ChainStage(cfg, "detect", cpu_budget=1)({"frame": frames[2:]})
     assert np.array_equal(out["face_crop"][1], untracked["face_crop"][0])
     assert out["face_track"][0].tolist() == [4] and out["face_track"][1].tolist() == [-1]
 
-    video_only = DetectStage(cfg, cpu_budget=1, tracked=True, images=False)
+    video_only = ChainStage(cfg, "detect", cpu_budget=1, tracked=True, images=False)
     assert video_only.models.detector is None  # a video-only job's detect stage loads no model
     assert video_only({**batch, "tracked": np.asarray([True, True])})["faces_selected"].tolist() == [1, 0]
     with pytest.raises(FusionRayError, match="without its detector"):
         video_only(batch)
+
+
+def test_a_new_gpu_step_becomes_its_own_stage_with_the_gpu_pools_resources(monkeypatch):
+    """A per-face step added in core/steps.py that wants a GPU (an occlusion model, say) gets its
+    own pool between detect and swap; no stage is written for it."""
+    from fusion_ray.core import steps
+    from fusion_ray.pipeline.build import stage_specs
+    from fusion_ray.pipeline.config import PipelineConfig
+
+    occlusion = steps.Step("occlusion", "target_mask", lambda tools, rows, batch: batch, ("crops",), ("masks",),
+                           wants_gpu=True)
+    monkeypatch.setattr(steps, "STEPS", (*steps.STEPS, occlusion))
+    cfg = EngineConfig(runtime=RuntimeConfig(providers=["cuda"]))
+    assert stage_names(cfg) == ["detect", "occlusion", "swap", "paste"]
+    pipeline = PipelineConfig(fuse="never")
+    specs = {spec.name: spec for spec in stage_specs(cfg, pipeline, {}, None, None, gpus_available=True)}
+    assert specs["occlusion"].resources == pipeline.swap and specs["occlusion"].gets_gpu
+    assert not specs["paste"].gets_gpu

@@ -11,7 +11,7 @@ from fusion_ray.core.tracking_stream import lookahead
 from fusion_ray.imageio import read_image
 from fusion_ray.ops.select import select_faces
 from fusion_ray.pipeline.datasource import FRAME_COLUMNS, TRACK_COLUMNS, ReadUnit, read_unit
-from fusion_ray.pipeline.track_read import SegmentReader, TrackedRead
+from fusion_ray.pipeline.track_read import READ_STAGE, SegmentReader, TrackedRead
 from fusion_ray.video import decode_segment, make_test_video, plan_segments
 
 from .track_clips import FPS, entering_clip, hidden_clip, sprites, write_clip
@@ -40,9 +40,11 @@ def test_the_read_task_keeps_order_and_count_and_a_bounded_buffer(faces, engine,
     read = TrackedRead(engine)
     (unit,) = _unit(path)
     blocks = [b.to_pydict() for b in read_unit(unit, 6, read)]
-    assert all(set(b) == {*FRAME_COLUMNS, *TRACK_COLUMNS} for b in blocks)
+    stage = {f"busy_ms_{READ_STAGE}", f"idle_ms_{READ_STAGE}"}  # the read's detection, for the report
+    assert all(set(b) == {*FRAME_COLUMNS, *TRACK_COLUMNS, *stage} for b in blocks)
     assert all(len(b["index"]) <= 6 for b in blocks)
     rows = [{k: b[k][i] for k in b} for b in blocks for i in range(len(b["index"]))]
+    assert all(r[f"busy_ms_{READ_STAGE}"] > 0 for r in rows if r["det_full"])
     assert [r["index"] for r in rows] == list(range(40)) and not any(r["read_failed"] for r in rows)
     assert all(r["tracked"] for r in rows)
     # one face, kept on the hidden frames (interpolated there), one track

@@ -30,7 +30,7 @@ def clip(images_dir, scrfd_path, tmp_path_factory):
     return clip, path
 
 
-def _swap(clip_path, images_dir, models_config, tmp_path, tracking):
+def _swap(clip_path, images_dir, models_config, tmp_path, tracking, runner="ray"):
     """The clip (and, with tracking, an image in the same job: images are detected, not tracked)."""
     engine = EngineConfig(models=models_config, runtime=RuntimeConfig(providers=["cpu"]),
                           swap=SwapConfig(swapper="classic"), tracking=tracking)
@@ -41,8 +41,9 @@ def _swap(clip_path, images_dir, models_config, tmp_path, tracking):
     items = [JobItem(source, clip_path, out)]
     if tracking:
         items.append(JobItem(source, images_dir / "obama.jpg", tmp_path / "still.png"))
-    report = run_job(items, JobConfig(engine=engine, pipeline=pipeline))
-    if tracking:
+    report = run_job(items, JobConfig(engine=engine, pipeline=pipeline), runner=runner)
+    if tracking:  # the read's detection and tracking is in the stage table (it was missing)
+        assert report.stages["track"].busy_s > report.stages["detect"].busy_s > 0
         image = report.items[1]
         assert (image.status, image.faces_swapped, image.det_full, image.tracks) == ("done", 1, 0, 0)
         assert (tmp_path / "still.png").is_file()
@@ -58,10 +59,11 @@ def _face_change(clip, frames, i):
     return float(np.abs(frames[i][region] - clip.decoded[i][region]).mean())
 
 
-def test_a_hidden_face_is_swapped_with_tracking_and_not_without(clip, images_dir, models_config, tmp_path):
+@pytest.mark.parametrize("runner", ["ray", "local"])
+def test_a_hidden_face_is_swapped_with_tracking_and_not_without(runner, clip, images_dir, models_config, tmp_path):
     clip, path = clip
-    on, on_frames = _swap(path, images_dir, models_config, tmp_path, True)
-    off, off_frames = _swap(path, images_dir, models_config, tmp_path, False)
+    on, on_frames = _swap(path, images_dir, models_config, tmp_path, True, runner)
+    off, off_frames = _swap(path, images_dir, models_config, tmp_path, False, runner)
     assert on.status == off.status == "done" and len(on_frames) == len(off_frames) == FRAMES
     for i in HIDDEN:
         assert _face_change(clip, on_frames, i) > 20, f"frame {i}: tracking fills the hidden face in"

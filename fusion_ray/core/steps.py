@@ -1,0 +1,258 @@
+"""The swap chain, declared once: an ordered list of steps over a :class:`FrameBatch`.
+
+    detect|track -> select -> align -> [target-crop masks] -> swap -> [swapped-crop masks] -> paste
+                 (-> enhance_align -> enhance -> [enhance masks] -> paste_enhanced)
+
+Each :class:`Step` is a typed function ``(Tools, Rows, FrameBatch) -> FrameBatch`` built on the
+functions of :mod:`fusion_ray.core.chain`. It declares what it reads and writes, the model kind
+it needs, whether it wants a GPU and the phase it belongs to; :class:`Chain` orders the steps by
+phase (registration order within a phase) and keeps those the config enables. Runners (the
+engine, the local runner, the Ray Data stages) ask the chain what to run and decide only where
+each step runs: adding a per-face step is one :class:`Step` in :data:`STEPS` (its function here,
+its model wrapper, one config field in ``enabled``), with no runner touched.
+
+Per-face masks: a mask step adds its mask to the faces (``FaceBatch.with_mask``, combined by
+element-wise minimum); paste blends through the result. Today the only masks are the crop
+layouts' box masks (the swap's and the enhancer's), added after the crop they apply to.
+
+``Rows`` are what the steps read per frame and never change: each frame's selection and source
+id, the identities, and the frames whose faces were decided before the chain (a tracking read:
+detect and select leave those frames' faces as they are).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import numpy as np
+
+from fusion_ray.config import EngineConfig
+from fusion_ray.core import chain
+from fusion_ray.core.facebatch import FaceBatch, FrameBatch
+from fusion_ray.core.layout import CropLayout, enhance_layout, swap_layout
+from fusion_ray.core.modelset import Component, ModelSet
+from fusion_ray.core.swapper import SwapBackend, swap_backend
+from fusion_ray.types import SourceIdentity
+
+Phase = Literal["detect", "select", "align", "target_mask", "swap", "swapped_mask", "paste",
+                "enhance_align", "enhance", "enhance_mask", "paste_enhanced"]
+PHASES: tuple[Phase, ...] = ("detect", "select", "align", "target_mask", "swap", "swapped_mask", "paste",
+                             "enhance_align", "enhance", "enhance_mask", "paste_enhanced")
+"""The chain's order; a step's phase places it."""
+
+Field = Literal["frame", "faces", "crops", "masks", "identities", "faces_detected", "faces_selected",
+                "faces_swapped"]
+"""What a step reads or writes: the frames, the faces (positions), their crops (with the crop
+matrices), their masks, the identities, per-frame counters."""
+
+
+class Tools:
+    """What the steps use, built once per worker: the config, the loaded models, the layouts
+    and (on first use) the swap backend."""
+
+    def __init__(self, cfg: EngineConfig, models: ModelSet) -> None:
+        self.cfg = cfg
+        self.models = models
+        self.swap_layout: CropLayout = swap_layout(cfg)
+        self.enhance_layout: CropLayout = enhance_layout(cfg)
+        self._backend: SwapBackend | None = None
+
+    @property
+    def backend(self) -> SwapBackend:
+        if self._backend is None:
+            self._backend = swap_backend(self.cfg, self.models)
+        return self._backend
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Per-frame inputs of a batch that no step changes."""
+
+    selections: Sequence[chain.Selection]
+    source_ids: Sequence[str]
+    identities: Mapping[str, SourceIdentity] = field(default_factory=dict)
+    given: np.ndarray | None = None
+    """Frames whose faces were decided before the chain (True: a tracking read brought them in
+    ``FrameBatch.faces``; detect and select skip them)."""
+    given_found: np.ndarray | None = None
+    """Faces found on each given frame (its ``faces_detected``)."""
+
+    @classmethod
+    def of(cls, n: int, selection: chain.Selection, identities: Mapping[str, SourceIdentity] | None = None,
+           source_id: str = "") -> Rows:
+        """``n`` frames with one selection and one source id."""
+        return cls([selection] * n, [source_id] * n, dict(identities or {}))
+
+    def is_given(self, row: int) -> bool:
+        return self.given is not None and bool(self.given[row])
+
+
+StepFn = Callable[[Tools, Rows, FrameBatch], FrameBatch]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the chain (see the module docstring)."""
+
+    name: str
+    phase: Phase
+    run: StepFn
+    reads: tuple[Field, ...]
+    writes: tuple[Field, ...]
+    model: Component | None = None
+    """The model kind it needs loaded (None: pure geometry)."""
+    wants_gpu: bool = False
+    enabled: Callable[[EngineConfig], bool] = field(default=lambda cfg: True, compare=False)
+    """Whether a config runs it (one config field per optional step)."""
+
+    def components(self, cfg: EngineConfig) -> list[Component]:
+        """The models it loads under ``cfg`` (detection by reference also embeds)."""
+        if self.model is None:
+            return []
+        if self.model == "detector" and cfg.selection.mode == "reference":
+            return ["detector", "embedder"]
+        return [self.model]
+
+
+def _unfailed(batch: FrameBatch) -> list[int]:
+    return [r for r, e in enumerate(batch.errors) if e]
+
+
+# ------------------------------------------------------------------ the steps
+def detect_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
+    """Every face of the frames not given (their faces come from a tracking read)."""
+    todo = [r for r in range(len(batch.frames)) if not rows.is_given(r) and not batch.errors[r]]
+    found = chain.detect_faces(tools.models.need_detector(), batch.frames, batch.errors, todo, rows.selections,
+                               embedder=tools.models.embedder) if todo else {}
+    detected = np.zeros(len(batch.frames), np.int32)
+    if rows.given is not None and rows.given_found is not None:
+        detected = np.where(rows.given, np.asarray(rows.given_found, np.int32), 0).astype(np.int32)
+    for row, faces in found.items():
+        detected[row] = len(faces)
+    per_frame = [found.get(r, []) for r in range(len(batch.frames))]
+    fresh = FaceBatch.from_faces(per_frame, rows.source_ids)
+    return replace(batch, faces=FaceBatch.merge([_given(batch.faces, rows), fresh])).counted(faces_detected=detected)
+
+
+def _given(faces: FaceBatch, rows: Rows) -> FaceBatch:
+    if rows.given is None or not len(faces):
+        return FaceBatch.empty()
+    return faces.take(np.flatnonzero(np.asarray(rows.given, bool)[faces.frame_index]))
+
+
+def select_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
+    """The faces to swap of each frame (:func:`fusion_ray.core.chain.select`); a given frame's
+    faces were chosen by its tracking read."""
+    given = _given(batch.faces, rows)
+    found = {r: batch.faces.of_frame(r).faces() for r in range(len(batch.frames))
+             if not rows.is_given(r) and not batch.errors[r]}
+    chosen = chain.select(found, rows.selections, batch.errors)
+    fresh = FaceBatch.from_faces([chosen.get(r, []) for r in range(len(batch.frames))], rows.source_ids)
+    return replace(batch, faces=FaceBatch.merge([given, fresh]))
+
+
+def align_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
+    faces = chain.align(batch.frames, batch.faces, tools.swap_layout, batch.errors, "align")
+    return replace(batch, faces=faces).counted(faces_selected=faces.counts(len(batch.frames)))
+
+
+def swap_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
+    return replace(batch, faces=chain.swap(tools.backend, batch.faces, rows.identities, batch.errors))
+
+
+def box_mask_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
+    """The swap layout's box (or the classic swapper's ellipse) mask, on every face."""
+    return _with_layout_mask(batch, tools.swap_layout)
+
+
+def _with_layout_mask(batch: FrameBatch, layout: CropLayout) -> FrameBatch:
+    if not len(batch.faces):
+        return batch
+    mask = np.broadcast_to(layout.mask, (len(batch.faces), *layout.mask.shape))
+    return replace(batch, faces=batch.faces.with_mask(mask))
+
+
+def paste_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
+    frames = chain.paste(batch.frames, batch.faces, tools.swap_layout, batch.errors)
+    faces = batch.faces.without_frames(_unfailed(batch))
+    return replace(batch, frames=frames, faces=faces).counted(faces_swapped=faces.counts(len(frames)))
+
+
+def enhance_align_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
+    faces = chain.align_for_enhance(batch.frames, batch.faces, tools.enhance_layout, batch.errors)
+    return replace(batch, faces=faces)
+
+
+def enhance_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
+    faces = batch.faces.without_frames(_unfailed(batch))
+    return replace(batch, faces=chain.enhance(tools.models.need_enhancer(), faces, tools.cfg.enhance.blend))
+
+
+def enhance_mask_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
+    return _with_layout_mask(batch, tools.enhance_layout)
+
+
+def paste_enhanced_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
+    frames = chain.paste(batch.frames, batch.faces, tools.enhance_layout, batch.errors, "paste_enhanced")
+    return replace(batch, frames=frames, faces=batch.faces.without_frames(_unfailed(batch)))
+
+
+def _enhancing(cfg: EngineConfig) -> bool:
+    return cfg.enhance.enabled
+
+
+STEPS: tuple[Step, ...] = (
+    Step("detect", "detect", detect_step, ("frame",), ("faces", "faces_detected"), model="detector"),
+    Step("select", "select", select_step, ("faces",), ("faces",)),
+    Step("align", "align", align_step, ("frame", "faces"), ("crops", "faces_selected")),
+    Step("swap", "swap", swap_step, ("crops", "identities"), ("crops",), model="swapper", wants_gpu=True),
+    Step("mask", "swapped_mask", box_mask_step, ("crops",), ("masks",)),
+    Step("paste", "paste", paste_step, ("frame", "crops", "masks"), ("frame", "faces_swapped")),
+    Step("enhance_align", "enhance_align", enhance_align_step, ("frame", "faces"), ("crops",), enabled=_enhancing),
+    Step("enhance", "enhance", enhance_step, ("crops",), ("crops",), model="enhancer", wants_gpu=True,
+         enabled=_enhancing),
+    Step("enhance_mask", "enhance_mask", enhance_mask_step, ("crops",), ("masks",), enabled=_enhancing),
+    Step("paste_enhanced", "paste_enhanced", paste_enhanced_step, ("frame", "crops", "masks"), ("frame",),
+         enabled=_enhancing),
+)
+"""Every step, declared once (disabled ones are left out by :meth:`Chain.of`)."""
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The steps a config runs, in chain order."""
+
+    steps: tuple[Step, ...]
+
+    @classmethod
+    def of(cls, cfg: EngineConfig, steps: Sequence[Step] | None = None) -> Chain:
+        """The enabled steps of ``steps`` (default :data:`STEPS`), ordered by phase."""
+        chosen = [s for s in (STEPS if steps is None else steps) if s.enabled(cfg)]
+        return cls(tuple(sorted(chosen, key=lambda s: PHASES.index(s.phase))))
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.steps]
+
+    def components(self, cfg: EngineConfig) -> list[Component]:
+        """The model kinds the steps load, each once."""
+        return list(dict.fromkeys(c for s in self.steps for c in s.components(cfg)))
+
+    def run(self, tools: Tools, rows: Rows, batch: FrameBatch,
+            timings: dict[str, float] | None = None) -> FrameBatch:
+        """Every step in order (``timings``: each step's wall time in ms is added)."""
+        return run_steps(self.steps, tools, rows, batch, timings)
+
+
+def run_steps(steps: Sequence[Step], tools: Tools, rows: Rows, batch: FrameBatch,
+              timings: dict[str, float] | None = None) -> FrameBatch:
+    """``steps`` in order over ``batch`` (the part of the chain one worker runs)."""
+    for step in steps:
+        start = time.perf_counter()
+        batch = step.run(tools, rows, batch)
+        if timings is not None:
+            timings[step.name] = timings.get(step.name, 0.0) + (time.perf_counter() - start) * 1000.0
+    return batch

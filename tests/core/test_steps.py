@@ -1,0 +1,106 @@
+"""The chain declared once: its order, and a per-face step added in core/ alone reaching every runner."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from fusion_ray.config import EngineConfig, EnhanceConfig, RuntimeConfig, SwapConfig
+from fusion_ray.core import steps
+from fusion_ray.core.facebatch import FaceBatch, FrameBatch
+from fusion_ray.core.steps import Chain, Rows, Step, Tools
+from fusion_ray.engine import Engine
+from fusion_ray.imageio import read_image
+
+CPU = RuntimeConfig(providers=["cpu"])
+
+
+def test_the_chain_is_ordered_by_phase_and_config():
+    plain = Chain.of(EngineConfig())
+    assert plain.names == ["detect", "select", "align", "swap", "mask", "paste"]
+    enhanced = Chain.of(EngineConfig(enhance=EnhanceConfig(enabled=True)))
+    assert enhanced.names == ["detect", "select", "align", "swap", "mask", "paste", "enhance_align", "enhance",
+                              "enhance_mask", "paste_enhanced"]
+    assert [s.name for s in enhanced.steps if s.wants_gpu] == ["swap", "enhance"]
+    assert enhanced.components(EngineConfig(enhance=EnhanceConfig(enabled=True))) == ["detector", "swapper",
+                                                                                         "enhancer"]
+
+
+def test_masks_combine_by_minimum():
+    faces = FaceBatch.one_frame(np.zeros((2, 5, 2), np.float32))
+    a = np.full((2, 4, 4), 0.5, np.float32)
+    b = np.zeros((2, 4, 4), np.float32)
+    b[:, :2] = 1.0
+    combined = faces.with_mask(a).with_mask(b).mask
+    assert combined is not None and np.array_equal(combined, np.minimum(a, b))
+    assert faces.with_mask(a).take([1]).mask.shape == (1, 4, 4)
+
+
+def _shut(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
+    """A test's per-face mask step: every face fully masked out (nothing is pasted)."""
+    if not len(batch.faces):
+        return batch
+    crops, _ = batch.faces.require_crops()
+    return dataclasses.replace(batch, faces=batch.faces.with_mask(np.zeros(crops.shape[:3], np.float32)))
+
+
+SHUT = Step("shut", "target_mask", _shut, ("crops",), ("masks",))
+
+
+@pytest.fixture()
+def with_shut_step(monkeypatch):
+    """The step added where a new step goes: core/steps.STEPS (no runner is told)."""
+    monkeypatch.setattr(steps, "STEPS", (*steps.STEPS, SHUT))
+
+
+@pytest.fixture(scope="module")
+def setup(models_config, images_dir):
+    cfg = EngineConfig(models=models_config, runtime=CPU, swap=SwapConfig(swapper="classic"))
+    frame = read_image(images_dir / "obama_and_biden.jpg").frame
+    engine = Engine.load(cfg, cpu_budget=1)
+    identity = engine.prepare_source([read_image(images_dir / "biden.jpg").frame])
+    return cfg, frame, identity
+
+
+def test_an_added_mask_step_reaches_the_inline_runner(setup, with_shut_step):
+    cfg, frame, identity = setup
+    engine = Engine.load(cfg, cpu_budget=1)
+    assert "shut" in engine.chain.names
+    result = engine.process_frame(frame, identity)
+    assert result.faces_swapped == 3 and np.array_equal(result.frame, frame)  # swapped, but masked out
+
+
+def test_without_it_the_faces_are_pasted(setup):
+    cfg, frame, identity = setup
+    result = Engine.load(cfg, cpu_budget=1).process_frame(frame, identity)
+    assert result.faces_swapped == 3 and not np.array_equal(result.frame, frame)
+
+
+def test_an_added_mask_step_reaches_the_ray_stages(setup, with_shut_step):
+    """Without Ray: the stages the Ray runner places, called on a dict batch. The step lands in
+    the detect stage and its masks travel to the paste stage in the face_mask column."""
+    from fusion_ray.pipeline.stages import chain_stages
+
+    cfg, frame, identity = setup
+    stages = chain_stages(cfg, {"default": identity}, cpu_budget=1)
+    assert [s.name for s in stages] == ["detect", "swap", "paste"]
+    assert "shut" in [step.name for step in stages[0].group.steps]
+    batch = {"frame": np.stack([frame])}
+    for stage in stages:
+        batch = stage(batch)
+    assert batch["faces_swapped"].tolist() == [3] and np.array_equal(batch["frame"][0], frame)
+
+
+def test_an_added_mask_step_reaches_the_local_runner(setup, with_shut_step, images_dir, scrfd_path, tmp_path):
+    from fusion_ray.pipeline.job import JobItem, run_job
+    from tests.runners.conftest import job_config
+
+    _, frame, _ = setup
+    out = tmp_path / "out.png"
+    report = run_job([JobItem((images_dir / "biden.jpg",), images_dir / "obama_and_biden.jpg", out)],
+                     job_config(scrfd_path), output_root=tmp_path, runner="local")
+    assert report.items[0].status == "done" and report.items[0].faces_swapped == 3
+    assert np.array_equal(read_image(out).frame, frame)  # swapped, but masked out
+    assert "shut" in report.stages
