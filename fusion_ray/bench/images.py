@@ -52,8 +52,10 @@ def make_image_set(folder: Path, count: int, photos: Sequence[Path], seed: int =
 
 def insightface_loop(python: str, engine: EngineConfig, source: Path, out_dir: Path, files: Sequence[Path],
                      work_dir: Path) -> dict[str, float]:
-    """insightface's loop on the job's own model files (detector, embedder, inswapper)."""
-    models = inspect_models(engine)
+    """insightface's loop on the job's own model files (detector, embedder, inswapper); the detector
+    at FP32, the only precision insightface's loop runs."""
+    fp32 = engine.models.model_copy(update={"precision": {**engine.models.precision, "detector": "fp32"}})
+    models = inspect_models(engine.model_copy(update={"models": fp32}))
     paths = {name: Path(info.path) for name, info in models.items()}
     detector = next((p for n, p in paths.items() if n.startswith("scrfd")), None)
     embedder, swapper = paths.get("arcface_w600k_r50"), next((p for n, p in paths.items() if n.startswith("inswapper")), None)

@@ -7,23 +7,33 @@ steady rate (frames after the first over the time after it) come from the job re
 workloads are a generated multi-face 640x360 clip with audio (the shared group photo sweeping
 over a background: three faces a frame), clips of it repeated (the crossover), and photo sets
 made from the shared photos (1 to 3 faces each).
+
+With ``insightface_python`` (a Python with insightface) the runner ``insightface`` is insightface's
+own loop over the same files (:mod:`fusion_ray.bench.insightface_loop`: one frame at a time,
+``FaceAnalysis.get`` then ``INSwapper.get``; its model loading not counted), and every runner
+uses the same model files: the given detector, and the embedder and inswapper of ``models_dir``
+(real files, or labelled stand-ins) instead of the classic swapper.
 """
 
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from fusion_ray.bench.images import make_image_set
+from fusion_ray.bench.images import insightface_loop, make_image_set
 from fusion_ray.bench.jobs import run_command
+from fusion_ray.config import EngineConfig
+from fusion_ray.errors import InputError
 from fusion_ray.imageio import read_image
 from fusion_ray.video import make_test_video
 
 RUNNER_NAMES = ("local", "ray")
+INSIGHTFACE = "insightface"
 
 
 @dataclass(frozen=True)
@@ -47,15 +57,22 @@ def make_group_clips(folder: Path, count: int, photo: Path, *, frames: int) -> l
                             size_wh=(640, 360), gop=25, seed=n) for n in range(count)]
 
 
-def run_one(workload: str, runner: str, *, source: Path, targets: str, scrfd: Path, work: Path) -> RunnerResult:
+def engine_args(scrfd: Path, models_dir: Path | None) -> list[str]:
+    """The engine options of every run: the classic swapper, or the inswapper of ``models_dir``."""
+    swapper = ["--swapper", "classic"] if models_dir is None else ["--swapper", "inswapper", "--models-dir",
+                                                                   str(models_dir)]
+    return [*swapper, "--model", f"scrfd_2.5g={scrfd}", "--providers", "cpu"]
+
+
+def run_one(workload: str, runner: str, *, source: Path, targets: str, scrfd: Path, work: Path,
+            models_dir: Path | None = None) -> RunnerResult:
     """One ``fusion-ray job`` over ``targets`` (a glob) with ``runner``."""
     out = work / f"out_{workload}_{runner}"
     out.mkdir(parents=True, exist_ok=True)
     report = work / f"report_{workload}_{runner}.json"
     args = ["job", "--runner", runner, "--source-pattern", str(source), "--target-pattern", targets,
             "--output-pattern", "{target_name}.{target_extension}", "--output-root", str(out), "--report",
-            str(report), "--swapper", "classic", "--model", f"scrfd_2.5g={scrfd}", "--providers", "cpu",
-            "--no-progress-bars", "--force"]
+            str(report), *engine_args(scrfd, models_dir), "--no-progress-bars", "--force"]
     run = run_command(args, report)
     data: dict[str, Any] = run.report
     frames = int(data.get("frames", 0))
@@ -67,33 +84,61 @@ def run_one(workload: str, runner: str, *, source: Path, targets: str, scrfd: Pa
     return RunnerResult(workload, runner, frames, run.wall_s, first, steady, status)
 
 
+def run_insightface(workload: str, python: str, *, source: Path, files: Sequence[Path], scrfd: Path,
+                    models_dir: Path, work: Path) -> RunnerResult:
+    """insightface's own loop over ``files`` on the same model files (its model loading not counted)."""
+    engine = EngineConfig.model_validate({"models": {"models_dir": str(models_dir), "paths": {"scrfd_2.5g": str(scrfd)}},
+                                     "runtime": {"providers": ["cpu"]}})
+    started = time.perf_counter()
+    try:
+        done = insightface_loop(python, engine, source, work / f"out_{workload}_insightface", files, work)
+    except InputError as exc:
+        return RunnerResult(workload, INSIGHTFACE, 0, time.perf_counter() - started, None, 0.0, str(exc))
+    frames, wall, first = int(done["frames"]), float(done["wall_s"]), done.get("first_frame_s")
+    steady = (frames - 1) / (wall - first) if first is not None and frames > 1 and wall > first else 0.0
+    return RunnerResult(workload, INSIGHTFACE, frames, wall, first, steady, "ok")
+
+
 def bench_runners(*, photos: Sequence[Path], group_photo: Path, scrfd: Path, clip_frames: int = 275,
                   clip_counts: Sequence[int] = (1,), image_counts: Sequence[int] = (50,),
-                  runners: Sequence[str] = RUNNER_NAMES, work_dir: Path | None = None) -> list[dict[str, Any]]:
+                  runners: Sequence[str] = RUNNER_NAMES, work_dir: Path | None = None,
+                  models_dir: Path | None = None, insightface_python: str | None = None) -> list[dict[str, Any]]:
     """Every workload through every runner, one after the other (same files, same settings)."""
+    if INSIGHTFACE in runners and (insightface_python is None or models_dir is None):
+        raise InputError("the insightface runner needs --insightface-python and --models-dir (its inswapper)")
     with tempfile.TemporaryDirectory(prefix="fusion_ray_bench_runners.") as tmp:
         work = work_dir or Path(tmp)
-        results = []
+        workloads: list[tuple[str, list[Path]]] = []
         for count in clip_counts:
             folder = work / f"clips_{count}"
-            make_group_clips(folder, count, group_photo, frames=clip_frames)
-            for runner in runners:
-                results.append(run_one(f"{count} clip(s) x {clip_frames} frames", runner, source=photos[0],
-                                       targets=str(folder / "*.mp4"), scrfd=scrfd, work=work))
+            workloads.append((f"{count} clip(s) x {clip_frames} frames",
+                              make_group_clips(folder, count, group_photo, frames=clip_frames)))
         for count in image_counts:
-            folder = work / f"images_{count}"
-            make_image_set(folder, count, photos)
+            workloads.append((f"{count} photos", make_image_set(work / f"images_{count}", count, photos)))
+        results = []
+        for workload, files in workloads:
             for runner in runners:
-                results.append(run_one(f"{count} photos", runner, source=photos[0], targets=str(folder / "*.jpg"),
-                                       scrfd=scrfd, work=work))
+                if runner == INSIGHTFACE:
+                    assert insightface_python is not None and models_dir is not None
+                    results.append(run_insightface(workload, insightface_python, source=photos[0], files=files,
+                                                   scrfd=scrfd, models_dir=models_dir, work=work))
+                    continue
+                targets = str(files[0].parent / f"*{files[0].suffix}")
+                results.append(run_one(workload, runner, source=photos[0], targets=targets, scrfd=scrfd, work=work,
+                                       models_dir=models_dir))
         return [asdict(r) for r in results]
 
 
 def render_markdown(results: Sequence[dict[str, Any]]) -> str:
-    lines = ["| workload | runner | frames | wall s | first frame s | steady frames/s | status |",
-             "|---|---|---:|---:|---:|---:|---|"]
+    """One row per run; with insightface's loop in the run, each row's speed-up over it (its wall
+    time over the row's, the loop's model loading not counted, the row's process whole)."""
+    loop = {r["workload"]: r["wall_s"] for r in results if r["runner"] == INSIGHTFACE and r["status"] == "ok"}
+    lines = ["| workload | runner | frames | wall s | first frame s | steady frames/s | vs insightface | status |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
     for r in results:
         first = "-" if r["first_frame_s"] is None else f"{r['first_frame_s']:.2f}"
+        base = loop.get(r["workload"])
+        ratio = f"{base / r['wall_s']:.2f}x" if base and r["wall_s"] > 0 else "-"
         lines.append(f"| {r['workload']} | {r['runner']} | {r['frames']} | {r['wall_s']:.1f} | {first} | "
-                     f"{r['steady_fps']:.1f} | {r['status']} |")
+                     f"{r['steady_fps']:.1f} | {ratio} | {r['status']} |")
     return "\n".join(lines)

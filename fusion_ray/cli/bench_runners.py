@@ -21,7 +21,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--clip-frames", type=int, default=275)
     parser.add_argument("--clips", default="1", help="clip counts, comma-separated (default 1)")
     parser.add_argument("--images", default="50", help="photo-set sizes, comma-separated (default 50)")
-    parser.add_argument("--runners", default="local,ray")
+    parser.add_argument("--runners", default="local,ray", help="comma-separated: local, ray, insightface "
+                        "(insightface's own loop; needs --insightface-python and --models-dir)")
+    parser.add_argument("--insightface-python", help="a Python with insightface (the insightface runner)")
+    parser.add_argument("--models-dir", type=Path, help="swap with the inswapper of this folder (and its embedder) "
+                        "on every runner instead of the classic swapper")
     parser.add_argument("--work-dir", type=Path, help="keep the media and outputs here")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.set_defaults(run=run)
@@ -37,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     results = bench_runners(photos=args.photos, group_photo=args.group_photo, scrfd=args.scrfd,
                             clip_frames=args.clip_frames, clip_counts=_counts(args.clips),
                             image_counts=_counts(args.images), runners=args.runners.split(","),
-                            work_dir=args.work_dir)
+                            work_dir=args.work_dir, models_dir=args.models_dir,
+                            insightface_python=args.insightface_python)
     print(render_markdown(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
