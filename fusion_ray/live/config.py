@@ -93,6 +93,10 @@ class LiveConfig(_Config):
     work_timeout_s: float = Field(
         default=10.0, gt=0.0,
         description="A frame's work still running this long after its deadline is abandoned (a hung stage).")
+    source_check_s: float = Field(
+        default=0.5, gt=0.0, le=1.0,
+        description="While streams are open, how often the replica checks whether their sources were "
+        "deleted (their streams end with source_deleted, close 1008) or the service drains.")
     latency_window: int = Field(default=256, ge=8, description="Recent latencies kept for p50/p99.")
     ladder: LadderConfig = LadderConfig()
 

@@ -147,6 +147,7 @@ def _v1_routes(api: FastAPI, core: IngressCore, bearer: HTTPBearer) -> None:
     async def delete_source(source_id: str) -> Response:
         if not await core.downstream.delete_source(Timings(core.metrics), source_id):
             raise ApiError(404, "unknown_source", f"no source with id {clip(source_id)!r}")
+        core.live.revoke_source(source_id)  # this replica's streams now; other replicas' at their next check
         return Response(status_code=204)
 
 

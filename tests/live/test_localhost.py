@@ -2,7 +2,9 @@
 and the classic swapper (a real swap), driven by the Python live client."""
 
 import asyncio
+import contextlib
 import json
+import time
 import urllib.error
 import urllib.request
 from fractions import Fraction
@@ -11,6 +13,7 @@ import cv2
 import numpy as np
 import pytest
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from fusion_ray.config import EngineConfig, RuntimeConfig, SwapConfig
 from fusion_ray.engine import Engine
@@ -190,3 +193,44 @@ def test_live_bench_driver_and_baseline(server, clip, engine, images_dir, source
     assert run["streams"] == 2 and len(run["fps_per_stream"]) == 2 and run["received"] > 0
     assert run["sent"] == run["received"] + sum(run["dropped"].values())
     assert "| 2 |" in render_markdown(result)
+
+
+def test_a_deeply_nested_start_message_is_malformed_start_1003(server):
+    """100,000 nested arrays: an error event and close 1003 (a RecursionError dropped the socket, 1006)."""
+    async def scenario():
+        async with connect(server.ws_url, max_size=None) as ws:
+            await ws.send("[" * 100_000 + "]" * 100_000)
+            event = json.loads(await ws.recv())
+            await ws.wait_closed()
+            return event, ws.close_code
+
+    event, close_code = asyncio.run(scenario())
+    assert (event["type"], event["code"], close_code) == ("error", "malformed_start", 1003)
+
+
+def test_deleting_a_source_ends_its_open_stream_within_a_second(server, images_dir):
+    source = register_source(server.http_url, (images_dir / "obama.jpg").read_bytes(), "obama.jpg", token=TOKEN)
+
+    async def scenario():
+        async with connect(server.ws_url) as ws:
+            await ws.send(json.dumps({"source_id": source, "token": TOKEN}))
+            assert json.loads(await ws.recv())["type"] == "ready"
+            request = urllib.request.Request(f"{server.http_url}/v1/sources/{source}", method="DELETE",
+                                             headers={"Authorization": f"Bearer {TOKEN}"})
+            began = time.monotonic()
+            with urllib.request.urlopen(request) as response:
+                assert response.status == 204
+            events = []
+            with contextlib.suppress(ConnectionClosed):
+                while True:
+                    message = await ws.recv()
+                    if isinstance(message, str):
+                        events.append(json.loads(message))
+            return events, ws.close_code, time.monotonic() - began
+
+    events, close_code, took = asyncio.run(scenario())
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "source_deleted"
+    assert close_code == 1008 and took < 1.0
+    with pytest.raises(LiveClientError) as caught:  # and a new stream cannot use it
+        asyncio.run(run_stream(server.ws_url, {"source_id": source, "token": TOKEN}, JpegClip([b"x"], fps=1, loop=False)))
+    assert caught.value.code == "unknown_source"
