@@ -158,20 +158,18 @@ class LiveHub:
 
     async def _watch_sources(self) -> None:
         """While streams are open: end those whose source was deleted, all when the service drains."""
-        while self.streams:
-            await asyncio.sleep(self.cfg.source_check_s)
+        while self.streams:  # checks at once: a stream that just opened is known to be open
             ids = {s.start.source_id for s in self.streams.values()}
-            if not ids:
-                continue
             try:
                 status = await self.backend.source_status(ids)
             except Exception as exc:  # noqa: BLE001 - a failed check is retried; streams go on
                 log.warning("checking the streams' sources failed: %s", exc)
-                continue
-            if status.draining:
-                self.shut_down()
-            for source_id in status.deleted:
-                self.revoke_source(source_id)
+            else:
+                if status.draining:
+                    self.shut_down()
+                for source_id in status.deleted:
+                    self.revoke_source(source_id)
+            await asyncio.sleep(self.cfg.source_check_s)
 
     async def _refuse(self, transport: Transport, close_code: int, code: str, message: str) -> StreamSummary:
         self.refusals[code] = self.refusals.get(code, 0) + 1

@@ -44,12 +44,15 @@ from fusion_ray.serve.schemas import (
     sources_request_schema,
     swap_request_schema,
 )
-from fusion_ray.serve.settings import DeploymentSettings, parse_settings
+from fusion_ray.serve.settings import DeploymentSettings, ShutdownSettings, parse_settings
 from fusion_ray.serve.timing import Timings
 
 __all__ = ["IngressCore", "IngressDeployment", "build_app", "create_api"]
 
 log = logging.getLogger(__name__)
+
+IDLE_STOP_S = 5.0
+"""Stop timeout of the deployments behind the ingress: it has drained, so they are idle."""
 
 
 def _error_response(exc: ApiError) -> JSONResponse:
@@ -180,12 +183,17 @@ class IngressDeployment(IngressCore):
         return create_api(self)
 
 
-def _options(dep: DeploymentSettings, max_ongoing: int, **extra: Any) -> dict[str, Any]:
+def _options(dep: DeploymentSettings, max_ongoing: int, shutdown: ShutdownSettings, *,
+             drain: bool = False, **extra: Any) -> dict[str, Any]:
+    """A deployment's Serve options; ``drain``: it may take ``shutdown.drain_timeout_s`` to finish
+    its requests when stopping (the ingress), the others stop as soon as they are idle."""
     return {
         "num_replicas": dep.num_replicas,
         "ray_actor_options": {"num_cpus": dep.num_cpus, "num_gpus": dep.num_gpus},
         "max_ongoing_requests": max_ongoing,
         "max_queued_requests": dep.max_queued_requests,
+        "graceful_shutdown_wait_loop_s": shutdown.wait_loop_s,
+        "graceful_shutdown_timeout_s": shutdown.drain_timeout_s if drain else IDLE_STOP_S,
         **extra,
     }
 
@@ -194,22 +202,24 @@ def build_app(args: dict[str, Any]) -> Application:
     """The Serve application from its ``args`` (validated into :class:`ServeSettings`)."""
     settings = parse_settings(args)
     deps = settings.deployments
+    stop = settings.shutdown
     backpressure = BackpressureConfig(status_code=503, retry_after_s=float(settings.limits.retry_after_s))
     detector = DetectorDeployment.options(  # type: ignore[attr-defined]
-        **_options(deps.detector, deps.detector.max_ongoing_requests or 4, backpressure_config=backpressure),
+        **_options(deps.detector, deps.detector.max_ongoing_requests or 4, stop, backpressure_config=backpressure),
     ).bind(settings)
     swapper = SwapperDeployment.options(  # type: ignore[attr-defined]
-        **_options(deps.swapper, settings.swapper_max_ongoing(), backpressure_config=backpressure),
+        **_options(deps.swapper, settings.swapper_max_ongoing(), stop, backpressure_config=backpressure),
     ).bind(settings)
     enhancer = None
     if deps.enhancer_enabled:
         enhancer = EnhancerDeployment.options(  # type: ignore[attr-defined]
-            **_options(deps.enhancer, settings.enhancer_max_ongoing(), backpressure_config=backpressure),
+            **_options(deps.enhancer, settings.enhancer_max_ongoing(), stop, backpressure_config=backpressure),
         ).bind(settings)
     state = ServiceStateDeployment.options(  # type: ignore[attr-defined]
-        **_options(deps.state, deps.state.max_ongoing_requests or 256)).bind(settings)
+        **_options(deps.state, deps.state.max_ongoing_requests or 256, stop)).bind(settings)
     return IngressDeployment.options(  # type: ignore[attr-defined,no-any-return]
-        **_options(deps.ingress, settings.ingress_max_ongoing(), backpressure_config=backpressure),
+        **_options(deps.ingress, settings.ingress_max_ongoing(), stop, drain=True,
+                 backpressure_config=backpressure),
     ).bind(settings, detector, swapper, enhancer, state)
 
 

@@ -274,6 +274,8 @@ class ServiceStateDeployment:
         self.sources = SourceStore(settings.sources.max_count)
         self.metrics = MetricsStore()
         self.draining = False
+        self._check_s = settings.live.source_check_s
+        self._last_check = -math.inf
 
     async def put_source(self, identity: SourceIdentity) -> str:
         return self.sources.put(identity)
@@ -286,11 +288,15 @@ class ServiceStateDeployment:
 
     async def source_status(self, source_ids: list[str]) -> SourceStatus:
         """For the ingress replicas' live streams: which sources were deleted, and whether to drain."""
+        self._last_check = time.monotonic()
         return SourceStatus(self.sources.deleted_of(set(source_ids)), self.draining)
 
-    async def drain(self) -> None:
-        """The service is shutting down: every ingress replica ends its streams (close 1001)."""
+    async def drain(self) -> float:
+        """The service is shutting down: every ingress replica ends its streams (close 1001) at its
+        next check. Returns how long to wait for that: 0 when no replica has checked lately (none
+        has a stream open), else two check intervals."""
         self.draining = True
+        return 2 * self._check_s if time.monotonic() - self._last_check < 2 * self._check_s else 0.0
 
     async def merge_metrics(self, snapshot: Snapshot) -> None:
         self.metrics.merge(snapshot)
