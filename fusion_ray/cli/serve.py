@@ -144,7 +144,7 @@ def run_serve(args: argparse.Namespace) -> int:
             serve.start(http_options={"host": host, "port": port})
         print(f"starting {name} on http://{host}:{port}{prefix} (models load in the replicas)...", file=sys.stderr)
         serve.run(build_app(app_args), name=name, route_prefix=prefix, blocking=False)
-        print(f"ready: http://{host}:{port}{prefix.rstrip('/')}/docs  (Ctrl-C or SIGTERM stops it)",
+        print(f"ready: http://{host}:{port}{prefix.rstrip('/')}/openapi.json  (Ctrl-C or SIGTERM stops it)",
               file=sys.stderr)
         while True:
             time.sleep(3600)

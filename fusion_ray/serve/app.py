@@ -67,6 +67,10 @@ def _token(credentials: HTTPAuthorizationCredentials | None) -> str | None:
 def create_api(core: IngressCore) -> FastAPI:
     """The FastAPI app over an :class:`IngressCore` (routes, auth, error bodies, OpenAPI)."""
     api = FastAPI(
+        # Swagger UI and ReDoc load their scripts from a CDN: blank pages on an offline host. The
+        # schema is served (/openapi.json) for any viewer or client generator to load.
+        docs_url=None,
+        redoc_url=None,
         title="fusion_ray",
         version=__version__,
         description="Face swapping on Ray Serve. Outputs made with STAND-IN models (see the "
