@@ -127,7 +127,8 @@ class LiveHub:
             await transport.send_text(ready_event(
                 stream_id, stream.deadline_ms, list(processor.stand_in_models), level=0,
                 level_name=LEVEL_NAMES[0], max_fps=self.cfg.max_fps, queue_depth=self.cfg.queue_depth,
-                max_frame_bytes=self.cfg.max_frame_bytes, max_frame_pixels=self.cfg.max_frame_pixels))
+                max_frame_bytes=self.cfg.max_frame_bytes, max_frame_pixels=self.cfg.max_frame_pixels,
+                max_message_bytes=self.cfg.max_message_bytes))
             summary = await stream.run()
         except TransportClosed:
             summary = _summary(stream_id, "disconnected")

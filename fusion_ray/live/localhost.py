@@ -28,8 +28,6 @@ from fusion_ray.live.hub import LiveHub
 from fusion_ray.live.local import EngineBackend
 from fusion_ray.live.transport import StarletteTransport
 
-WS_SLACK_BYTES = 64 * 1024
-
 
 def live_page() -> str:
     """The self-contained ``GET /live`` page."""
@@ -100,7 +98,7 @@ class LocalServer:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, port))
         self.host, self.port = self._sock.getsockname()[:2]
-        config = uvicorn.Config(self.app, log_level="warning", ws_max_size=hub.cfg.max_frame_bytes + WS_SLACK_BYTES,
+        config = uvicorn.Config(self.app, log_level="warning", ws_max_size=hub.cfg.max_message_bytes,
                                 ws_ping_interval=None, lifespan="off")
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._run, name="fusion-ray-live-host", daemon=True)

@@ -24,7 +24,7 @@ from fusion_ray.live.config import LiveConfig
 from fusion_ray.live.hub import LiveHub
 from fusion_ray.live.local import EngineBackend
 from fusion_ray.live.localhost import LocalServer
-from fusion_ray.live.protocol import StartMessage
+from fusion_ray.live.protocol import StartMessage, pack_frame, unpack_frame
 from fusion_ray.live.sources import JpegClip, encode_frame
 from fusion_ray.video.decode import decode_all
 from fusion_ray.video.synthetic import make_test_video
@@ -234,3 +234,34 @@ def test_deleting_a_source_ends_its_open_stream_within_a_second(server, images_d
     with pytest.raises(LiveClientError) as caught:  # and a new stream cannot use it
         asyncio.run(run_stream(server.ws_url, {"source_id": source, "token": TOKEN}, JpegClip([b"x"], fps=1, loop=False)))
     assert caught.value.code == "unknown_source"
+
+
+def test_a_frame_over_the_limit_is_too_large_and_the_stream_goes_on(server, source_id, clip):
+    """A 5 MB frame (over live.max_frame_bytes, 2 MB; within the transport's 16 MiB cap) is dropped
+    as too_large and the next frame comes back (the host's cap was the frame limit + 64 KiB: 1009);
+    a message over the cap closes the connection with 1009, as the README says."""
+    async def scenario(size: int) -> tuple[list[dict], list[int], int | None]:
+        events, results = [], []
+        async with connect(server.ws_url, max_size=None) as ws:
+            await ws.send(json.dumps({"source_id": source_id, "token": TOKEN}))
+            assert json.loads(await ws.recv())["max_message_bytes"] == 16 * 1024 * 1024
+            await ws.send(pack_frame(1, 0.0, b"\xff\xd8" + b"\x00" * size))
+            await ws.send(pack_frame(2, 0.0, encode_frame(clip[0], 80)))
+            with contextlib.suppress(ConnectionClosed, TimeoutError):
+                while not results:
+                    message = await asyncio.wait_for(ws.recv(), 10)
+                    if isinstance(message, str):
+                        events.append(json.loads(message))
+                    else:
+                        results.append(unpack_frame(message)[0])
+        return events, results, ws.close_code
+
+    events, results, _ = asyncio.run(scenario(5_000_000))
+    assert {"type": "dropped", "seq": 1, "reason": "too_large"} in events and results == [2]
+    _, results, close_code = asyncio.run(scenario(17 * 1024 * 1024))
+    assert results == [] and close_code == 1009
+
+
+def test_the_frame_limit_must_stay_below_the_transport_cap():
+    with pytest.raises(ValueError, match="max_message_bytes"):
+        LiveConfig(max_frame_bytes=16 * 1024 * 1024)
