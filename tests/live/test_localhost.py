@@ -246,18 +246,22 @@ def test_a_frame_over_the_limit_is_too_large_and_the_stream_goes_on(server, sour
             await ws.send(json.dumps({"source_id": source_id, "token": TOKEN}))
             assert json.loads(await ws.recv())["max_message_bytes"] == 16 * 1024 * 1024
             await ws.send(pack_frame(1, 0.0, b"\xff\xd8" + b"\x00" * size))
-            await ws.send(pack_frame(2, 0.0, encode_frame(clip[0], 80)))
-            with contextlib.suppress(ConnectionClosed, TimeoutError):
-                while not results:
-                    message = await asyncio.wait_for(ws.recv(), 10)
-                    if isinstance(message, str):
-                        events.append(json.loads(message))
-                    else:
-                        results.append(unpack_frame(message)[0])
+            with contextlib.suppress(ConnectionClosed):
+                for seq in range(2, 12):  # good frames until one comes back (a busy host may miss deadlines)
+                    await ws.send(pack_frame(seq, 0.0, encode_frame(clip[0], 80)))
+                    with contextlib.suppress(TimeoutError):
+                        while True:
+                            message = await asyncio.wait_for(ws.recv(), 1.0)
+                            if isinstance(message, str):
+                                events.append(json.loads(message))
+                            else:
+                                results.append(unpack_frame(message)[0])
+                                return events, results, None
+                await ws.recv()
         return events, results, ws.close_code
 
     events, results, _ = asyncio.run(scenario(5_000_000))
-    assert {"type": "dropped", "seq": 1, "reason": "too_large"} in events and results == [2]
+    assert {"type": "dropped", "seq": 1, "reason": "too_large"} in events and len(results) == 1
     _, results, close_code = asyncio.run(scenario(17 * 1024 * 1024))
     assert results == [] and close_code == 1009
 
