@@ -129,9 +129,10 @@ async def _refusal(url: str, first: str | bytes) -> tuple[dict, int | None]:
     ({"source_id": "x", "token": "wrong"}, 1008, "unauthorized"),
     ({"source_id": "nope", "token": TOKEN}, 1008, "unknown_source"),
     ({"token": TOKEN}, 1003, None),                                   # source_id missing: malformed
+    ("[" * 100_000 + "]" * 100_000, 1003, "malformed_start"),         # a RecursionError and 1006 once
 ])
 def test_refusals_send_an_error_then_close(ws, source_id, start, code, error):
-    event, close_code = asyncio.run(_refusal(ws, json.dumps(start)))
+    event, close_code = asyncio.run(_refusal(ws, start if isinstance(start, str) else json.dumps(start)))
     assert event["type"] == "error" and close_code == code
     if error:
         assert event["code"] == error
