@@ -227,9 +227,20 @@ def _drain(serve: Any, name: str, drain_s: float) -> None:
         time.sleep(min(float(wait_s), 2.0))  # the replicas with streams see it before the state goes
     except Exception as exc:  # noqa: BLE001 - the app may have failed to start: stop anyway
         print(f"note: could not tell the live streams to end ({type(exc).__name__})", file=sys.stderr)
-    deleting = threading.Thread(target=serve.delete, args=(name,), name="fusion-ray-drain", daemon=True)
+    failed: list[BaseException] = []
+
+    def delete() -> None:
+        try:
+            serve.delete(name)
+        except Exception as exc:  # noqa: BLE001 - reported below; stopping goes on
+            failed.append(exc)
+
+    deleting = threading.Thread(target=delete, name="fusion-ray-drain", daemon=True)
     deleting.start()
     deleting.join(drain_s + 1.0)
+    if failed or deleting.is_alive():
+        reason = type(failed[0]).__name__ if failed else f"not done within {drain_s + 1.0:g} s"
+        print(f"note: the application did not drain cleanly ({reason}); stopping anyway", file=sys.stderr)
 
 
 def run_load(args: argparse.Namespace) -> int:
