@@ -109,22 +109,35 @@ def watch(driver: int) -> None:
         names |= sessions(new)
         time.sleep(POLL_S)
     known |= {p for p in of_sessions(names) if p[0] != me}
-    _signal_all(known, signal.SIGTERM)
-    deadline = time.monotonic() + GRACE_S
-    while any(_alive(p) for p in known) and time.monotonic() < deadline:
+    end(known, names, GRACE_S, skip={me})
+
+
+def end(procs: set[Proc], names: set[str], grace_s: float, skip: set[int] | frozenset[int] = frozenset()) -> None:
+    """SIGTERM to ``procs`` still alive, SIGKILL to those left after ``grace_s`` and to any process
+    of the Ray sessions ``names`` started meanwhile (pids in ``skip`` are left alone)."""
+    _signal_all(procs, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(_alive(p) for p in procs) and time.monotonic() < deadline:
         time.sleep(0.1)
-    known |= {p for p in of_sessions(names) if p[0] != me}  # started while the others stopped
-    _signal_all(known, signal.SIGKILL)
+    procs = procs | {p for p in of_sessions(names) if p[0] not in skip}  # started while the others stopped
+    _signal_all(procs, signal.SIGKILL)
 
 
-def start() -> None:
+def own_ray(skip: set[int]) -> tuple[set[Proc], set[str]]:
+    """This process's descendants (but ``skip``) and their Ray sessions: what ``end`` stops after
+    ``ray.shutdown()``, which leaves agents and workers re-parented to init for half a minute."""
+    procs = {p for p in descendants(os.getpid()) if p[0] not in skip}
+    return procs, sessions(procs)
+
+
+def start() -> int:
     """Start the reaper for this process, in its own session (Ctrl-C in the terminal does not
-    reach it; it exits once this process and the Ray it started are gone)."""
+    reach it; it exits once this process and the Ray it started are gone); its pid."""
     import subprocess
 
-    subprocess.Popen([sys.executable, "-m", "fusion_ray.cli.reaper", str(os.getpid())],
+    return subprocess.Popen([sys.executable, "-m", "fusion_ray.cli.reaper", str(os.getpid())],
                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True)
+                     start_new_session=True).pid
 
 
 def main(argv: list[str]) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import socket
 import sys
@@ -109,22 +110,26 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    app_args, app, config = app_args_from_cli(args)
+    http = dict(config.get("http_options") or {})
+    host = args.host or http.get("host") or "127.0.0.1"
+    port = args.port or int(http.get("port") or 8000)
+    check_port_free(host, port)  # before Ray starts (about 10 s), not after
+
     import ray
     from ray import serve
 
     from fusion_ray.serve.app import build_app
 
-    app_args, app, config = app_args_from_cli(args)
-    http = dict(config.get("http_options") or {})
-    host = args.host or http.get("host") or "127.0.0.1"
-    port = args.port or int(http.get("port") or 8000)
     name = app.get("name", "fusion_ray")
     prefix = app.get("route_prefix", "/")
+    drain_s = float(app_args["shutdown"]["drain_timeout_s"])
     resolve_metrics_public(app_args, host)
     started = not ray.is_initialized()
+    reaper_pid = None
     if started:
         if args.address is None:
-            reaper.start()  # a kill -9 of this process must not orphan the local Ray's agents
+            reaper_pid = reaper.start()  # a kill -9 of this process must not orphan the local Ray's agents
         ray.init(address=args.address, include_dashboard=False)
     # After ray.init, which installs its own SIGTERM handler (sys.exit): SIGTERM now takes the
     # same path as Ctrl-C, so Serve and the local Ray it started are shut down in order.
@@ -139,15 +144,47 @@ def run_serve(args: argparse.Namespace) -> int:
             serve.start(http_options={"host": host, "port": port})
         print(f"starting {name} on http://{host}:{port}{prefix} (models load in the replicas)...", file=sys.stderr)
         serve.run(build_app(app_args), name=name, route_prefix=prefix, blocking=False)
-        print(f"ready: http://{host}:{port}{prefix.rstrip('/')}/docs  (Ctrl-C or SIGTERM stops it)",
+        print(f"ready: http://{host}:{port}{prefix.rstrip('/')}/openapi.json  (Ctrl-C or SIGTERM stops it)",
               file=sys.stderr)
         while True:
             time.sleep(3600)
     except (KeyboardInterrupt, _Stop):
-        print("stopping...", file=sys.stderr)
+        print(f"stopping: live streams end, requests in flight get up to {drain_s:g} s...", file=sys.stderr)
     finally:
-        _shutdown(serve, ray if started else None)
+        _shutdown(serve, ray if started and args.address is None else None, name, drain_s, reaper_pid)
     return 0
+
+
+def check_port_free(host: str, port: int) -> None:
+    """:class:`ConfigError` (exit 2) when ``host:port`` cannot be listened on, naming the port and,
+    when it can be told, the process that holds it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is no obstacle
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            holder = port_holder(port)
+            held = f"; it is held by {holder}" if holder else ""
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}{held}. "
+                              "Stop that process or choose another port (--port)") from exc
+
+
+def port_holder(port: int) -> str | None:
+    """'pid N (name)' of a process listening on TCP ``port``, when the system tells (None otherwise)."""
+    import psutil
+
+    try:
+        connections = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return None
+    for conn in connections:
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+            try:
+                return f"pid {conn.pid} ({psutil.Process(conn.pid).name()})"
+            except psutil.Error:
+                return f"pid {conn.pid}"
+    return None
 
 
 def _free_loopback_port() -> int:
@@ -156,18 +193,54 @@ def _free_loopback_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _shutdown(serve: Any, ray: Any | None) -> None:
-    """Serve, then the local Ray this command started (its GCS, raylet and agents)."""
+def _shutdown(serve: Any, ray: Any | None, name: str, drain_s: float, reaper_pid: int | None) -> None:
+    """Drain the application (its live streams end at once with close 1001; requests in flight get
+    up to ``drain_s``), then stop: the local Ray this command started (``ray``), its processes
+    ended rather than left to linger, or Serve on a cluster it joined (``ray`` None)."""
     main = threading.current_thread() is threading.main_thread()
     if main:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the shutdown short
     try:
-        serve.shutdown()
+        _drain(serve, name, drain_s)
+        if ray is None:
+            serve.shutdown()
     finally:
         if ray is not None:
+            # Serve's own shutdown waits out its proxy's draining period (up to 30 s); the app has
+            # drained, so the cluster goes at once, and what ray.shutdown leaves is ended here.
+            procs, sessions = reaper.own_ray(skip={reaper_pid} if reaper_pid else set())
             ray.shutdown()
+            reaper.end(procs, sessions, STOP_GRACE_S, skip={os.getpid()})
         if main:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+STOP_GRACE_S = 1.0
+"""After ray.shutdown, how long Ray's processes get to exit after SIGTERM before SIGKILL."""
+
+
+def _drain(serve: Any, name: str, drain_s: float) -> None:
+    """Tell every ingress replica to end its live streams (through the state deployment), then
+    delete the application: the ingress finishes its requests within ``drain_s``."""
+    try:
+        wait_s = serve.get_deployment_handle("ServiceState", app_name=name).drain.remote().result(timeout_s=2.0)
+        time.sleep(min(float(wait_s), 2.0))  # the replicas with streams see it before the state goes
+    except Exception as exc:  # noqa: BLE001 - the app may have failed to start: stop anyway
+        print(f"note: could not tell the live streams to end ({type(exc).__name__})", file=sys.stderr)
+    failed: list[BaseException] = []
+
+    def delete() -> None:
+        try:
+            serve.delete(name)
+        except Exception as exc:  # noqa: BLE001 - reported below; stopping goes on
+            failed.append(exc)
+
+    deleting = threading.Thread(target=delete, name="fusion-ray-drain", daemon=True)
+    deleting.start()
+    deleting.join(drain_s + 1.0)
+    if failed or deleting.is_alive():
+        reason = type(failed[0]).__name__ if failed else f"not done within {drain_s + 1.0:g} s"
+        print(f"note: the application did not drain cleanly ({reason}); stopping anyway", file=sys.stderr)
 
 
 def run_load(args: argparse.Namespace) -> int:

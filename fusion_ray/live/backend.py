@@ -56,6 +56,14 @@ class Processed:
     faces_detected: int
 
 
+@dataclass(frozen=True)
+class SourceStatus:
+    """What the host says about open streams' sources: the ids deleted, and whether the service drains."""
+
+    deleted: frozenset[str] = frozenset()
+    draining: bool = False
+
+
 class FrameProcessor(Protocol):
     """One stream's processing (holds the stream's source identity and options)."""
 
@@ -74,6 +82,10 @@ class StreamBackend(Protocol):
 
     async def open(self, start: StartMessage) -> FrameProcessor:
         """The stream's processor; :class:`StreamRefused` (e.g. unknown source, close 1008)."""
+        ...
+
+    async def source_status(self, source_ids: set[str]) -> SourceStatus:
+        """Which of these sources were deleted (their streams end), and whether the service drains."""
         ...
 
 

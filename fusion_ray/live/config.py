@@ -9,7 +9,10 @@ Memory bound per replica (what the limits guarantee, whatever the clients send):
   (frame, output and the model crops; default 8 x 1 x (2 MB + 37 MB) = 312 MB at the pixel cap,
   about 8 x 4 MB for 640x360 streams);
 - results waiting for a slow client: ``max_streams x send_queue x max_frame_bytes``
-  (8 x 2 x 2 MB = 32 MB), plus ``max_streams x max_events`` small text events.
+  (8 x 2 x 2 MB = 32 MB), plus ``max_streams x max_events`` small text events;
+- a message being received, which the WebSocket server buffers whole before the stream sees
+  it: ``max_streams x max_message_bytes`` at worst (8 x 16 MiB = 128 MiB), for a moment: a frame
+  over ``max_frame_bytes`` is dropped (``too_large``) as soon as it has arrived.
 
 Nothing else grows with time or with a client's behaviour: latency windows are bounded
 deques and per-reason counters are fixed.
@@ -18,6 +21,12 @@ deques and per-reason counters are fixed.
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from fusion_ray.live.protocol import HEADER_SIZE
+
+TRANSPORT_MAX_BYTES = 16 * 1024 * 1024
+"""The WebSocket message cap of Serve's proxy (uvicorn's default ``ws_max_size``; Ray Serve 2.60
+does not let it be set): a longer message closes the connection with 1009 (message too big)."""
 
 LEVEL_NAMES = ("normal", "enhancer_off", "detect_every_k", "small_detector", "low_quality")
 """Degradation levels, in the order the ladder steps down through them."""
@@ -77,7 +86,12 @@ class LiveConfig(_Config):
     send_queue: int = Field(default=2, ge=1, le=16,
                             description="Results waiting for a slow client; more are dropped (overload).")
     max_events: int = Field(default=64, ge=8, description="Text events waiting for a slow client (oldest lost).")
-    max_frame_bytes: int = Field(default=2_000_000, ge=1024, description="Largest frame message (too_large).")
+    max_frame_bytes: int = Field(default=2_000_000, ge=1024, description="Largest frame image (too_large).")
+    max_message_bytes: int = Field(
+        default=TRANSPORT_MAX_BYTES, ge=2048, le=TRANSPORT_MAX_BYTES,
+        description="The WebSocket server's cap on one message (the in-process host's; Serve's proxy has "
+        "16 MiB): a frame over max_frame_bytes but within it is dropped as too_large and the stream goes "
+        "on; a longer message closes the connection with 1009. It must exceed max_frame_bytes.")
     max_frame_pixels: int = Field(default=1920 * 1080, ge=64,
                                   description="Largest frame, from its header before decoding (too_large).")
     max_fps: float = Field(default=60.0, gt=0.0,
@@ -93,6 +107,10 @@ class LiveConfig(_Config):
     work_timeout_s: float = Field(
         default=10.0, gt=0.0,
         description="A frame's work still running this long after its deadline is abandoned (a hung stage).")
+    source_check_s: float = Field(
+        default=0.5, gt=0.0, le=1.0,
+        description="While streams are open, how often the replica checks whether their sources were "
+        "deleted (their streams end with source_deleted, close 1008) or the service drains.")
     latency_window: int = Field(default=256, ge=8, description="Recent latencies kept for p50/p99.")
     ladder: LadderConfig = LadderConfig()
 
@@ -100,10 +118,14 @@ class LiveConfig(_Config):
     def _check(self) -> LiveConfig:
         if not self.min_deadline_ms <= self.deadline_ms <= self.max_deadline_ms:
             raise ValueError("deadline_ms must be within [min_deadline_ms, max_deadline_ms]")
+        if self.max_frame_bytes + HEADER_SIZE >= self.max_message_bytes:
+            raise ValueError(f"max_frame_bytes ({self.max_frame_bytes}) plus the {HEADER_SIZE}-byte header must be "
+                             f"below max_message_bytes ({self.max_message_bytes}), the transport's cap: an "
+                             "oversized frame is then dropped as too_large, not the connection closed (1009)")
         return self
 
     def memory_bound_bytes(self) -> int:
         """The bound of the module docstring, in bytes."""
-        per_stream = (self.queue_depth + self.send_queue) * self.max_frame_bytes
+        per_stream = (self.queue_depth + self.send_queue) * self.max_frame_bytes + self.max_message_bytes
         per_stream += self.stream_inflight * (self.max_frame_bytes + 6 * 3 * self.max_frame_pixels)
         return self.max_streams * per_stream

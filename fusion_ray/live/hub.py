@@ -11,6 +11,12 @@ A host creates one :class:`LiveHub` per replica and, for every accepted WebSocke
 ``serve`` reads the start message, refuses (``error`` event, then close 1003/1008/1013) or
 runs the stream to its end, and returns a :class:`StreamSummary`. All streams of a hub share
 its :class:`FairScheduler`, so the replica's processing slots are shared fairly.
+
+While streams are open the hub asks its backend every ``live.source_check_s`` which of their
+sources were deleted, and ends those streams (``source_deleted``, close 1008); a host that
+deletes a source itself calls :meth:`LiveHub.revoke_source` at once. :meth:`LiveHub.shut_down`
+(or the backend answering that the service drains) ends every stream with ``shutting_down``
+and close 1001, and refuses new ones the same way.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Protocol
 from fusion_ray.live.backend import StreamBackend, StreamRefused
 from fusion_ray.live.config import LEVEL_NAMES, LiveConfig
 from fusion_ray.live.protocol import (
+    CLOSE_GOING_AWAY,
     CLOSE_POLICY,
     CLOSE_TRY_AGAIN_LATER,
     CLOSE_UNSUPPORTED,
@@ -68,7 +75,9 @@ class LiveHub:
         self.streams: dict[str, Stream] = {}
         self.outcomes: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
         self.refusals: dict[str, int] = {}
+        self.closing = False
         self._admitted = 0
+        self._watcher: asyncio.Task[None] | None = None
 
     @property
     def active_streams(self) -> int:
@@ -93,6 +102,8 @@ class LiveHub:
             return await self._refuse(transport, CLOSE_UNSUPPORTED, "malformed_start",
                                       f"deadline_ms must be within {self.cfg.min_deadline_ms}.."
                                       f"{self.cfg.max_deadline_ms}, got {deadline}")
+        if self.closing:
+            return await self._refuse(transport, CLOSE_GOING_AWAY, "shutting_down", "the server is shutting down")
         if self._admitted >= self.cfg.max_streams:
             return await self._refuse(transport, CLOSE_TRY_AGAIN_LATER, "too_many_streams",
                                       f"this replica runs its limit of {self.cfg.max_streams} streams; retry later")
@@ -111,11 +122,13 @@ class LiveHub:
         stream = Stream(stream_id, start, processor, transport, self.cfg, self.scheduler,
                         on_outcome=self._outcome, clock=self.clock)
         self.streams[stream_id] = stream
+        self._watch()
         try:
             await transport.send_text(ready_event(
                 stream_id, stream.deadline_ms, list(processor.stand_in_models), level=0,
                 level_name=LEVEL_NAMES[0], max_fps=self.cfg.max_fps, queue_depth=self.cfg.queue_depth,
-                max_frame_bytes=self.cfg.max_frame_bytes, max_frame_pixels=self.cfg.max_frame_pixels))
+                max_frame_bytes=self.cfg.max_frame_bytes, max_frame_pixels=self.cfg.max_frame_pixels,
+                max_message_bytes=self.cfg.max_message_bytes))
             summary = await stream.run()
         except TransportClosed:
             summary = _summary(stream_id, "disconnected")
@@ -125,6 +138,39 @@ class LiveHub:
         log.info("stream %s ended (%s): %d in, %d out, dropped %s", stream_id, summary.reason,
                  summary.frames_in, summary.frames_out, summary.dropped)
         return summary
+
+    def revoke_source(self, source_id: str) -> int:
+        """End the streams using ``source_id`` (``source_deleted``, close 1008); how many."""
+        using = [s for s in self.streams.values() if s.start.source_id == source_id]
+        for stream in using:
+            stream.end("source_deleted")
+        return len(using)
+
+    def shut_down(self) -> int:
+        """End every stream (``shutting_down``, close 1001) and refuse new ones; how many."""
+        self.closing = True
+        for stream in self.streams.values():
+            stream.end("shutting_down")
+        return len(self.streams)
+
+    def _watch(self) -> None:
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.create_task(self._watch_sources())
+
+    async def _watch_sources(self) -> None:
+        """While streams are open: end those whose source was deleted, all when the service drains."""
+        while self.streams:  # checks at once: a stream that just opened is known to be open
+            ids = {s.start.source_id for s in self.streams.values()}
+            try:
+                status = await self.backend.source_status(ids)
+            except Exception as exc:  # noqa: BLE001 - a failed check is retried; streams go on
+                log.warning("checking the streams' sources failed: %s", exc)
+            else:
+                if status.draining:
+                    self.shut_down()
+                for source_id in status.deleted:
+                    self.revoke_source(source_id)
+            await asyncio.sleep(self.cfg.source_check_s)
 
     async def _refuse(self, transport: Transport, close_code: int, code: str, message: str) -> StreamSummary:
         self.refusals[code] = self.refusals.get(code, 0) + 1

@@ -15,7 +15,7 @@ from fusion_ray.core import chain
 from fusion_ray.core.frames import FrameChain, FrameJob
 from fusion_ray.core.sources import SourceStore
 from fusion_ray.engine import Engine
-from fusion_ray.live.backend import FramePlan, Processed, StreamRefused, token_matches
+from fusion_ray.live.backend import FramePlan, Processed, SourceStatus, StreamRefused, token_matches
 from fusion_ray.live.config import LiveConfig
 from fusion_ray.live.follow import StreamFollower
 from fusion_ray.live.hub import LiveHub
@@ -51,6 +51,13 @@ class EngineBackend:
     def add_source(self, image: Frame, name: str = "source image") -> str:
         """Register a source photo (NoFaceError when it has no face); returns its id."""
         return self.sources.put(self.engine.prepare_source([image], [name]))
+
+    def delete_source(self, source_id: str) -> bool:
+        """Forget a source; streams using it end at the hub's next source check."""
+        return self.sources.delete(source_id)
+
+    async def source_status(self, source_ids: set[str]) -> SourceStatus:
+        return SourceStatus(deleted=self.sources.deleted_of(source_ids))
 
     async def open(self, start: StartMessage) -> EngineStreamProcessor:
         identity = self.sources.get(start.source_id)

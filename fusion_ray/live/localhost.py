@@ -2,7 +2,7 @@
 
 It serves what the Serve ingress serves for live streams, over :class:`EngineBackend`:
 ``GET /live`` (the page), ``POST /v1/sources`` (multipart field ``image``, bearer token),
-``GET /v1/stream`` (the WebSocket, hosted by :class:`LiveHub`) and ``GET /healthz``.
+``DELETE /v1/sources/{id}`` (its open streams end: ``source_deleted``, close 1008), ``GET /v1/stream`` (the WebSocket, hosted by :class:`LiveHub`) and ``GET /healthz``.
 :class:`LocalServer` runs it on 127.0.0.1 in a background thread.
 """
 
@@ -18,7 +18,7 @@ from types import TracebackType
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
@@ -27,8 +27,6 @@ from fusion_ray.imageio import decode_image
 from fusion_ray.live.hub import LiveHub
 from fusion_ray.live.local import EngineBackend
 from fusion_ray.live.transport import StarletteTransport
-
-WS_SLACK_BYTES = 64 * 1024
 
 
 def live_page() -> str:
@@ -45,11 +43,27 @@ def create_local_app(hub: LiveHub, backend: EngineBackend) -> Starlette:
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "streams": hub.active_streams})
 
-    async def create_source(request: Request) -> JSONResponse:
+    def unauthorized(request: Request) -> JSONResponse | None:
         header = request.headers.get("authorization", "")
         given = header[7:] if header.lower().startswith("bearer ") else None
-        if not backend.authorize(given):
-            return JSONResponse({"error": "unauthorized", "detail": "missing or wrong bearer token"}, 401)
+        if backend.authorize(given):
+            return None
+        return JSONResponse({"error": "unauthorized", "detail": "missing or wrong bearer token"}, 401)
+
+    async def delete_source(request: Request) -> Response:
+        refused = unauthorized(request)
+        if refused is not None:
+            return refused
+        source_id = str(request.path_params["source_id"])
+        if not backend.delete_source(source_id):
+            return JSONResponse({"error": "unknown_source", "detail": "no such source"}, 404)
+        hub.revoke_source(source_id)
+        return Response(status_code=204)
+
+    async def create_source(request: Request) -> JSONResponse:
+        refused = unauthorized(request)
+        if refused is not None:
+            return refused
         form = await request.form(max_files=1, max_fields=8)
         upload = form.get("image")
         if upload is None or isinstance(upload, str):
@@ -70,7 +84,8 @@ def create_local_app(hub: LiveHub, backend: EngineBackend) -> Starlette:
 
     return Starlette(routes=[
         Route("/live", page), Route("/healthz", healthz),
-        Route("/v1/sources", create_source, methods=["POST"]), WebSocketRoute("/v1/stream", stream)])
+        Route("/v1/sources", create_source, methods=["POST"]),
+        Route("/v1/sources/{source_id}", delete_source, methods=["DELETE"]), WebSocketRoute("/v1/stream", stream)])
 
 
 class LocalServer:
@@ -83,7 +98,7 @@ class LocalServer:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, port))
         self.host, self.port = self._sock.getsockname()[:2]
-        config = uvicorn.Config(self.app, log_level="warning", ws_max_size=hub.cfg.max_frame_bytes + WS_SLACK_BYTES,
+        config = uvicorn.Config(self.app, log_level="warning", ws_max_size=hub.cfg.max_message_bytes,
                                 ws_ping_interval=None, lifespan="off")
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._run, name="fusion-ray-live-host", daemon=True)

@@ -14,7 +14,10 @@
 
 A client may send ``{"type": "stop"}`` to end the stream (close 1000). The server ends a stream
 that sends no frame for the idle timeout or runs past the session limit with an ``error`` event
-(``idle_timeout``, ``session_limit``), then close 1000.
+(``idle_timeout``, ``session_limit``), then close 1000; a stream whose source was deleted with
+``source_deleted`` and close 1008; every stream, when the server shuts down, with
+``shutting_down`` and close 1001 (going away). A client text message is at most
+:data:`MAX_TEXT_CHARS` long and nested at most :data:`MAX_JSON_DEPTH` deep.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import struct
 from collections.abc import Mapping
 from typing import Any, Literal
 
+import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fusion_ray.errors import InputError
@@ -33,19 +37,27 @@ HEADER_SIZE = HEADER.size  # 12
 MAX_SEQ = 2**32 - 1
 
 CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001  # the server is shutting down
 CLOSE_UNSUPPORTED = 1003  # malformed start message
 CLOSE_POLICY = 1008  # bad or missing token, unknown source
 CLOSE_TRY_AGAIN_LATER = 1013  # too many streams on this replica
 
 DropReason = Literal["stale", "deadline", "overload", "bad_frame", "too_large"]
 DROP_REASONS: tuple[DropReason, ...] = ("stale", "deadline", "overload", "bad_frame", "too_large")
-"""Why a frame was not returned: ``stale`` replaced by a newer frame (or older than one already
-sent), ``deadline`` not finished within ``deadline_ms`` of its arrival, ``overload`` above the
+"""Why a frame was not returned: ``stale`` replaced by a newer frame, or its sequence number not
+above the last one received (dropped on arrival, not counted against the server), or older than
+one already sent; ``deadline`` not finished within ``deadline_ms`` of its arrival, ``overload`` above the
 incoming frame rate or the server could not take or finish it, ``bad_frame`` not a readable
 image (or a message shorter than the header: ``seq`` -1), ``too_large`` over the byte or
 pixel limit."""
 
 UNKNOWN_SEQ = -1
+
+MAX_TEXT_CHARS = 16 * 1024
+"""Longest client text message read (the start message, ``stop``); a longer one is malformed."""
+MAX_JSON_DEPTH = 200
+"""Nesting of client JSON that parses: pydantic-core's parser stops at this depth with an error
+(Python's json recursed until RecursionError on 100,000 nested arrays)."""
 
 
 class ProtocolError(InputError):
@@ -72,10 +84,7 @@ def parse_start(text: str | bytes) -> StartMessage:
     """The start message; :class:`ProtocolError` (close 1003) when it is not one."""
     if isinstance(text, bytes):
         raise ProtocolError("the first message must be the JSON start message (text), not binary")
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise ProtocolError(f"the start message is not JSON: {exc}") from exc
+    data = client_json(text, "start message")
     if not isinstance(data, dict):
         raise ProtocolError("the start message must be a JSON object")
     try:
@@ -84,6 +93,17 @@ def parse_start(text: str | bytes) -> StartMessage:
         problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
                              for err in exc.errors())
         raise ProtocolError(f"malformed start message: {problems}") from exc
+
+
+def client_json(text: str, what: str) -> Any:
+    """A client text message parsed, within :data:`MAX_TEXT_CHARS` and the parser's nesting
+    bound (:data:`MAX_JSON_DEPTH`); :class:`ProtocolError` when it is longer, deeper or not JSON."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise ProtocolError(f"the {what} is {len(text)} characters; at most {MAX_TEXT_CHARS}")
+    try:
+        return pydantic_core.from_json(text)
+    except ValueError as exc:  # not JSON, or nested deeper than MAX_JSON_DEPTH
+        raise ProtocolError(f"the {what} is not JSON: {str(exc)[:200]}") from exc
 
 
 def pack_header(seq: int, client_ts_ms: float) -> bytes:

@@ -38,13 +38,15 @@ class StreamCounters:
     def __post_init__(self) -> None:
         self.latencies_ms = deque(maxlen=self.window)
 
-    def received(self) -> None:
+    def received(self, *, health: bool = True) -> None:
+        """One frame in; ``health=False``: left out of the ladder's window (the client's doing)."""
         self.frames_in += 1
-        self._window_in += 1
+        if health:
+            self._window_in += 1
 
-    def drop(self, reason: DropReason) -> None:
+    def drop(self, reason: DropReason, *, health: bool = True) -> None:
         self.dropped[reason] += 1
-        if reason in LADDER_REASONS:
+        if health and reason in LADDER_REASONS:
             self._window_drops += 1
 
     def delivered(self, latency_ms: float) -> None:

@@ -4,7 +4,8 @@ Four tasks share a stream's state on one event loop (nothing here blocks it; dec
 encoding run in threads, processing is the injected :class:`FrameProcessor`):
 
 - *receive*: every binary message is checked cheaply, in order: header (``bad_frame``),
-  incoming rate (``overload``), bytes and header pixels (``too_large``) and format
+  a sequence number not above the last one received (``stale``; the client's doing, so the
+  ladder does not count it), incoming rate (``overload``), bytes and header pixels (``too_large``) and format
   (``bad_frame``), all before decoding; then it enters the latest-wins queue, whose replaced
   frame is dropped as ``stale``;
 - *dispatch*: when the stream may run another frame and the replica's fair scheduler grants a
@@ -22,7 +23,6 @@ A failed or late frame is dropped, never replaced by its unprocessed input.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -41,10 +41,15 @@ from fusion_ray.live.buffers import LatestQueue, Outbox, OutResult, PendingFrame
 from fusion_ray.live.config import LEVEL_NAMES, LiveConfig
 from fusion_ray.live.ladder import Health, LadderState, degradation, step
 from fusion_ray.live.protocol import (
+    CLOSE_GOING_AWAY,
+    CLOSE_NORMAL,
+    CLOSE_POLICY,
     HEADER_SIZE,
     UNKNOWN_SEQ,
     DropReason,
+    ProtocolError,
     StartMessage,
+    client_json,
     dropped_event,
     error_event,
     pack_frame,
@@ -62,8 +67,13 @@ Outcome = Callable[[str, float | None], None]
 """Called once per frame with its outcome ("delivered" or a drop reason) and latency (s)."""
 
 FLUSH_S = 1.0
-ENDINGS = {"idle_timeout": "no frame within the idle timeout",
-           "session_limit": "the stream reached the session length limit"}
+ENDINGS: dict[str, tuple[int, str]] = {
+    "idle_timeout": (CLOSE_NORMAL, "no frame within the idle timeout"),
+    "session_limit": (CLOSE_NORMAL, "the stream reached the session length limit"),
+    "source_deleted": (CLOSE_POLICY, "the stream's source was deleted"),
+    "shutting_down": (CLOSE_GOING_AWAY, "the server is shutting down"),
+}
+"""Why the server ends a stream: (close code, message of the ``error`` event sent before it)."""
 
 
 class _BadFrame(Exception):
@@ -112,12 +122,13 @@ class Stream:
         now = clock()
         self.started = self.last_frame_at = now
         self.rate = RateLimiter(cfg.max_fps, cfg.burst_frames, now)
-        self.last_queued_seq = self.last_sent_seq = -1
+        self.last_queued_seq = self.last_sent_seq = self.last_received_seq = -1
         self.last_landmarks: np.ndarray | None = None
         self._landmarks_shape: tuple[int, ...] | None = None
         self._since_detect = 0
         self._inflight = asyncio.Semaphore(cfg.stream_inflight)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._last_out = 0
         provenance = Provenance(tuple(processor.stand_in_models))
         self._comment = provenance.comment() if provenance.is_stand_in else None
@@ -127,8 +138,9 @@ class Stream:
         return self.ladder.level
 
     # ------------------------------------------------------------ outcomes
-    def drop(self, seq: int, reason: DropReason) -> None:
-        self.counters.drop(reason)
+    def drop(self, seq: int, reason: DropReason, *, health: bool = True) -> None:
+        """Report a dropped frame; ``health=False``: the client's doing, not counted by the ladder."""
+        self.counters.drop(reason, health=health)
         self.outbox.put_event(dropped_event(seq, reason))
         if self.on_outcome is not None:
             self.on_outcome(reason, None)
@@ -145,11 +157,17 @@ class Stream:
             return not is_stop(message)
         now = self.clock()
         self.last_frame_at = now
-        self.counters.received()
         if len(message) < HEADER_SIZE:
+            self.counters.received()
             self.drop(UNKNOWN_SEQ, "bad_frame")
             return True
         seq, client_ts, data = unpack_frame(message)
+        if seq <= self.last_received_seq:  # old or repeated: the client's order, not the server's health
+            self.counters.received(health=False)
+            self.drop(seq, "stale", health=False)
+            return True
+        self.last_received_seq = seq
+        self.counters.received()
         if not self.rate.allow(now):
             self.drop(seq, "overload")
             return True
@@ -311,10 +329,19 @@ class Stream:
                 return reason
 
     # ------------------------------------------------------------ run
+    def end(self, reason: str) -> None:
+        """End the stream from outside (a reason of :data:`ENDINGS`: a deleted source, shutdown)."""
+        if reason not in ENDINGS:
+            raise ValueError(f"unknown ending {reason!r}")
+        if not self._ended.done():
+            self._ended.set_result(reason)
+
     async def run(self) -> StreamSummary:
-        """Run until the client leaves or stops, or a limit ends the stream; frees everything."""
+        """Run until the client leaves or stops, a limit ends the stream or :meth:`end` is called;
+        frees everything."""
         sender = asyncio.create_task(self._send_loop())
-        ending = [asyncio.create_task(self._receive_loop()), sender, asyncio.create_task(self._tick_loop())]
+        ending = [asyncio.create_task(self._receive_loop()), sender, asyncio.create_task(self._tick_loop()),
+                  self._ended]
         dispatcher = asyncio.create_task(self._dispatch_loop())
         try:
             done, _ = await asyncio.wait(ending, return_when=asyncio.FIRST_COMPLETED)
@@ -322,10 +349,12 @@ class Stream:
             await _cancel([dispatcher, *self._tasks])
             self.queue.clear()
             if reason != "disconnected":
+                code = CLOSE_NORMAL
                 if reason in ENDINGS:
-                    self.outbox.put_event(error_event(reason, ENDINGS[reason]))
+                    code, message = ENDINGS[reason]
+                    self.outbox.put_event(error_event(reason, message))
                 await self._flush(sender)
-                await self.transport.close(1000, reason)
+                await self.transport.close(code, reason)
         finally:
             await _cancel([dispatcher, *self._tasks, *ending])
         return StreamSummary(self.id, reason, self.counters.frames_in, self.counters.frames_out,
@@ -340,8 +369,8 @@ class Stream:
 def is_stop(text: str) -> bool:
     """Whether a client text message is ``{"type": "stop"}`` (other text is ignored)."""
     try:
-        data = json.loads(text)
-    except ValueError:
+        data = client_json(text, "message")
+    except ProtocolError:
         return False
     return isinstance(data, dict) and data.get("type") == "stop"
 

@@ -48,6 +48,7 @@ from fusion_ray.serve.schemas import (
 from fusion_ray.serve.settings import (
     DeploymentSettings,
     ServeSettings,
+    ShutdownSettings,
     parse_settings,
     resolve_placement,
 )
@@ -56,6 +57,9 @@ from fusion_ray.serve.timing import Timings
 __all__ = ["IngressCore", "IngressDeployment", "build_app", "create_api"]
 
 log = logging.getLogger(__name__)
+
+IDLE_STOP_S = 5.0
+"""Stop timeout of the deployments behind the ingress: it has drained, so they are idle."""
 
 
 def _error_response(exc: ApiError) -> JSONResponse:
@@ -70,6 +74,10 @@ def _token(credentials: HTTPAuthorizationCredentials | None) -> str | None:
 def create_api(core: IngressCore) -> FastAPI:
     """The FastAPI app over an :class:`IngressCore` (routes, auth, error bodies, OpenAPI)."""
     api = FastAPI(
+        # Swagger UI and ReDoc load their scripts from a CDN: blank pages on an offline host. The
+        # schema is served (/openapi.json) for any viewer or client generator to load.
+        docs_url=None,
+        redoc_url=None,
         title="fusion_ray",
         version=__version__,
         description="Face swapping on Ray Serve. Outputs made with STAND-IN models (see the "
@@ -153,6 +161,7 @@ def _v1_routes(api: FastAPI, core: IngressCore, bearer: HTTPBearer) -> None:
     async def delete_source(source_id: str) -> Response:
         if not await core.downstream.delete_source(Timings(core.metrics), source_id):
             raise ApiError(404, "unknown_source", f"no source with id {clip(source_id)!r}")
+        core.live.revoke_source(source_id)  # this replica's streams now; other replicas' at their next check
         return Response(status_code=204)
 
 
@@ -185,12 +194,17 @@ class IngressDeployment(IngressCore):
         return create_api(self)
 
 
-def _options(dep: DeploymentSettings, max_ongoing: int, **extra: Any) -> dict[str, Any]:
+def _options(dep: DeploymentSettings, max_ongoing: int, shutdown: ShutdownSettings, *,
+             drain: bool = False, **extra: Any) -> dict[str, Any]:
+    """A deployment's Serve options; ``drain``: it may take ``shutdown.drain_timeout_s`` to finish
+    its requests when stopping (the ingress), the others stop as soon as they are idle."""
     return {
         "num_replicas": dep.num_replicas,
         "ray_actor_options": {"num_cpus": dep.num_cpus, "num_gpus": dep.num_gpus},
         "max_ongoing_requests": max_ongoing,
         "max_queued_requests": dep.max_queued_requests,
+        "graceful_shutdown_wait_loop_s": shutdown.wait_loop_s,
+        "graceful_shutdown_timeout_s": shutdown.drain_timeout_s if drain else IDLE_STOP_S,
         **extra,
     }
 
@@ -211,34 +225,35 @@ def build_app(args: dict[str, Any]) -> Application:
     placement = resolve_placement(settings.placement, node_gpus() if settings.placement == "auto" else [])
     settings = settings.model_copy(update={"placement": placement})
     deps = settings.deployments
+    stop = settings.shutdown
     backpressure = BackpressureConfig(status_code=503, retry_after_s=float(settings.limits.retry_after_s))
     state = ServiceStateDeployment.options(  # type: ignore[attr-defined]
-        **_options(deps.state, deps.state.max_ongoing_requests or 256)).bind(settings)
+        **_options(deps.state, deps.state.max_ongoing_requests or 256, stop)).bind(settings)
     if placement == "fused":
         fused = FusedDeployment.options(  # type: ignore[attr-defined]
-            **_options(deps.fused, settings.fused_max_ongoing(), backpressure_config=backpressure),
+            **_options(deps.fused, settings.fused_max_ongoing(), stop, backpressure_config=backpressure),
         ).bind(settings)
         chain: tuple[Any, Any, Any] = (fused, fused, fused if deps.enhancer_enabled else None)
     else:
         chain = _split(settings, backpressure)
     return IngressDeployment.options(  # type: ignore[attr-defined,no-any-return]
-        **_options(deps.ingress, settings.ingress_max_ongoing(), backpressure_config=backpressure),
+        **_options(deps.ingress, settings.ingress_max_ongoing(), stop, drain=True, backpressure_config=backpressure),
     ).bind(settings, *chain, state)
 
 
 def _split(settings: ServeSettings, backpressure: BackpressureConfig) -> tuple[Any, Any, Any]:
     """The per-model pools: detector, swapper, enhancer (or None)."""
-    deps = settings.deployments
+    deps, stop = settings.deployments, settings.shutdown
     detector = DetectorDeployment.options(  # type: ignore[attr-defined]
-        **_options(deps.detector, deps.detector.max_ongoing_requests or 4, backpressure_config=backpressure),
+        **_options(deps.detector, deps.detector.max_ongoing_requests or 4, stop, backpressure_config=backpressure),
     ).bind(settings)
     swapper = SwapperDeployment.options(  # type: ignore[attr-defined]
-        **_options(deps.swapper, settings.swapper_max_ongoing(), backpressure_config=backpressure),
+        **_options(deps.swapper, settings.swapper_max_ongoing(), stop, backpressure_config=backpressure),
     ).bind(settings)
     enhancer = None
     if deps.enhancer_enabled:
         enhancer = EnhancerDeployment.options(  # type: ignore[attr-defined]
-            **_options(deps.enhancer, settings.enhancer_max_ongoing(), backpressure_config=backpressure),
+            **_options(deps.enhancer, settings.enhancer_max_ongoing(), stop, backpressure_config=backpressure),
         ).bind(settings)
     return detector, swapper, enhancer
 

@@ -26,6 +26,7 @@ from fusion_ray.core.identity import SourceFace
 from fusion_ray.core.layout import enhance_layout, swap_layout
 from fusion_ray.core.modelset import ModelInfo
 from fusion_ray.core.provenance import Provenance
+from fusion_ray.live.backend import SourceStatus
 from fusion_ray.serve.deployments import DetectReply
 from fusion_ray.serve.limits import ApiError, wait_for
 from fusion_ray.serve.metrics import MetricsRecorder, Snapshot
@@ -146,6 +147,10 @@ class Downstream:
 
     async def delete_source(self, t: Timings, source_id: str) -> bool:
         return bool(await self.call(t, "store", lambda: self.state.delete_source.remote(source_id)))
+
+    async def source_status(self, t: Timings, source_ids: set[str]) -> SourceStatus:
+        return await self.call(t, "source_lookup",  # type: ignore[no-any-return]
+                               lambda: self.state.source_status.remote(sorted(source_ids)))
 
     async def merge_metrics(self, snap: Snapshot) -> None:
         await self.state.merge_metrics.remote(snap)

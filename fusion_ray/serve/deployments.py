@@ -37,6 +37,7 @@ from fusion_ray.core.redetect import CropBox, RoiResult, redetect
 from fusion_ray.core.sources import SourceStore
 from fusion_ray.core.swapper import swap_backend
 from fusion_ray.core.tracking import TrackPrediction
+from fusion_ray.live.backend import SourceStatus
 from fusion_ray.models.detector import DetectorCanvases, ScrfdDetector
 from fusion_ray.models.enhancer import blend_crops
 from fusion_ray.serve.batching import AdaptiveWait
@@ -280,6 +281,9 @@ class ServiceStateDeployment:
     def __init__(self, settings: ServeSettings) -> None:
         self.sources = SourceStore(settings.sources.max_count)
         self.metrics = MetricsStore()
+        self.draining = False
+        self._check_s = settings.live.source_check_s
+        self._last_check = -math.inf
 
     async def put_source(self, identity: SourceIdentity) -> str:
         return self.sources.put(identity)
@@ -289,6 +293,18 @@ class ServiceStateDeployment:
 
     async def delete_source(self, source_id: str) -> bool:
         return self.sources.delete(source_id)
+
+    async def source_status(self, source_ids: list[str]) -> SourceStatus:
+        """For the ingress replicas' live streams: which sources were deleted, and whether to drain."""
+        self._last_check = time.monotonic()
+        return SourceStatus(self.sources.deleted_of(set(source_ids)), self.draining)
+
+    async def drain(self) -> float:
+        """The service is shutting down: every ingress replica ends its streams (close 1001) at its
+        next check. Returns how long to wait for that: 0 when no replica has checked lately (none
+        has a stream open), else two check intervals."""
+        self.draining = True
+        return 2 * self._check_s if time.monotonic() - self._last_check < 2 * self._check_s else 0.0
 
     async def merge_metrics(self, snapshot: Snapshot) -> None:
         self.metrics.merge(snapshot)

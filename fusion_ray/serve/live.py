@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fusion_ray.core import chain
-from fusion_ray.live.backend import FramePlan, Processed, StreamRefused
+from fusion_ray.live.backend import FramePlan, Processed, SourceStatus, StreamRefused
 from fusion_ray.live.follow import StreamFollower
 from fusion_ray.live.protocol import CLOSE_POLICY, CLOSE_UNSUPPORTED, StartMessage
 from fusion_ray.serve.limits import ApiError, clip
@@ -52,6 +52,10 @@ class ServeStreamBackend:
             raise StreamRefused(CLOSE_UNSUPPORTED, "enhance_unavailable", "this service runs without the enhancer")
         stand_ins = list((await self.core.provenance(t, start.enhance)).stand_in_models)
         return ServeStreamProcessor(self.core, identity, start, stand_ins)
+
+    async def source_status(self, source_ids: set[str]) -> SourceStatus:
+        """From the state deployment, shared by every ingress replica."""
+        return await self.core.downstream.source_status(Timings(self.core.metrics), source_ids)
 
 
 class ServeStreamProcessor:

@@ -170,6 +170,18 @@ class SourcesSettings(_Settings):
     max_count: int = Field(default=4096, ge=1, description="Identities kept (about 4 KB each).")
 
 
+class ShutdownSettings(_Settings):
+    """How the service stops (SIGTERM or Ctrl-C of ``fusion-ray serve``, or Serve deleting the app)."""
+
+    drain_timeout_s: float = Field(
+        default=10.0, ge=0.0, le=60.0,
+        description="Longest wait for in-flight requests and live streams to finish once stopping; live "
+        "streams are ended at once (error event shutting_down, close 1001). fusion-ray serve then stops "
+        "Ray: every Ray process is gone within about drain_timeout_s + 5 s of the signal.")
+    wait_loop_s: float = Field(default=0.2, gt=0.0, le=5.0,
+                               description="How often a stopping replica checks that its requests are done.")
+
+
 Placement = Literal["auto", "fused", "split"]
 
 
@@ -187,6 +199,7 @@ class ServeSettings(_Settings):
     limits: LimitsSettings = LimitsSettings()
     auth: AuthSettings = AuthSettings()
     sources: SourcesSettings = SourcesSettings()
+    shutdown: ShutdownSettings = ShutdownSettings()
     live: LiveConfig = Field(default_factory=LiveConfig,
                              description="Live streams (GET /v1/stream): limits, deadline, degradation ladder.")
 

@@ -18,3 +18,12 @@ def test_source_store_is_a_bounded_lru():
     assert store.get(b) is None and store.get(a) is not None and store.get(c) is not None
     assert len(store) == 2 and store.evicted == 1
     assert store.delete(a) and not store.delete(a)
+
+
+def test_deleted_ids_are_remembered_evicted_ones_are_not():
+    store = SourceStore(2)
+    a, b = store.put(_identity(1)), store.put(_identity(2))
+    store.delete(a)
+    store.put(_identity(3))
+    store.put(_identity(4))  # b evicted for capacity: not "deleted"
+    assert store.deleted_of({a, b, "src_other"}) == {a}

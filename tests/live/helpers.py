@@ -13,7 +13,7 @@ from collections.abc import Callable
 import cv2
 import numpy as np
 
-from fusion_ray.live.backend import FramePlan, Processed, StreamRefused, token_matches
+from fusion_ray.live.backend import FramePlan, Processed, SourceStatus, StreamRefused, token_matches
 from fusion_ray.live.protocol import CLOSE_POLICY, StartMessage, pack_frame
 from fusion_ray.live.transport import TransportClosed
 
@@ -93,6 +93,8 @@ class ScriptedBackend:
         self.processor = processor
         self.token = token
         self.sources = sources
+        self.status = SourceStatus()
+        self.status_calls = 0
 
     def authorize(self, token: str | None) -> bool:
         return token_matches(self.token, token)
@@ -101,3 +103,7 @@ class ScriptedBackend:
         if start.source_id not in self.sources:
             raise StreamRefused(CLOSE_POLICY, "unknown_source", "unknown source")
         return self.processor
+
+    async def source_status(self, source_ids: set[str]) -> SourceStatus:
+        self.status_calls += 1
+        return SourceStatus(self.status.deleted & frozenset(source_ids), self.status.draining)

@@ -2,7 +2,9 @@
 and the classic swapper (a real swap), driven by the Python live client."""
 
 import asyncio
+import contextlib
 import json
+import time
 import urllib.error
 import urllib.request
 from fractions import Fraction
@@ -11,6 +13,7 @@ import cv2
 import numpy as np
 import pytest
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from fusion_ray.config import EngineConfig, RuntimeConfig, SwapConfig
 from fusion_ray.engine import Engine
@@ -21,7 +24,7 @@ from fusion_ray.live.config import LiveConfig
 from fusion_ray.live.hub import LiveHub
 from fusion_ray.live.local import EngineBackend
 from fusion_ray.live.localhost import LocalServer
-from fusion_ray.live.protocol import StartMessage
+from fusion_ray.live.protocol import StartMessage, pack_frame, unpack_frame
 from fusion_ray.live.sources import JpegClip, encode_frame
 from fusion_ray.video.decode import decode_all
 from fusion_ray.video.synthetic import make_test_video
@@ -204,3 +207,79 @@ def test_live_bench_in_this_process_without_a_socket(clip, engine, images_dir):
     run = result["runs"][0]
     assert result["url"].startswith("in-process") and run["streams"] == 2 and run["received"] > 0
     assert run["sent"] == run["received"] + sum(run["dropped"].values())
+
+
+def test_a_deeply_nested_start_message_is_malformed_start_1003(server):
+    """100,000 nested arrays: an error event and close 1003 (a RecursionError dropped the socket, 1006)."""
+    async def scenario():
+        async with connect(server.ws_url, max_size=None) as ws:
+            await ws.send("[" * 100_000 + "]" * 100_000)
+            event = json.loads(await ws.recv())
+            await ws.wait_closed()
+            return event, ws.close_code
+
+    event, close_code = asyncio.run(scenario())
+    assert (event["type"], event["code"], close_code) == ("error", "malformed_start", 1003)
+
+
+def test_deleting_a_source_ends_its_open_stream_within_a_second(server, images_dir):
+    source = register_source(server.http_url, (images_dir / "obama.jpg").read_bytes(), "obama.jpg", token=TOKEN)
+
+    async def scenario():
+        async with connect(server.ws_url) as ws:
+            await ws.send(json.dumps({"source_id": source, "token": TOKEN}))
+            assert json.loads(await ws.recv())["type"] == "ready"
+            request = urllib.request.Request(f"{server.http_url}/v1/sources/{source}", method="DELETE",
+                                             headers={"Authorization": f"Bearer {TOKEN}"})
+            began = time.monotonic()
+            with urllib.request.urlopen(request) as response:
+                assert response.status == 204
+            events = []
+            with contextlib.suppress(ConnectionClosed):
+                while True:
+                    message = await ws.recv()
+                    if isinstance(message, str):
+                        events.append(json.loads(message))
+            return events, ws.close_code, time.monotonic() - began
+
+    events, close_code, took = asyncio.run(scenario())
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "source_deleted"
+    assert close_code == 1008 and took < 1.0
+    with pytest.raises(LiveClientError) as caught:  # and a new stream cannot use it
+        asyncio.run(run_stream(server.ws_url, {"source_id": source, "token": TOKEN}, JpegClip([b"x"], fps=1, loop=False)))
+    assert caught.value.code == "unknown_source"
+
+
+def test_a_frame_over_the_limit_is_too_large_and_the_stream_goes_on(server, source_id, clip):
+    """A 5 MB frame (over live.max_frame_bytes, 2 MB; within the transport's 16 MiB cap) is dropped
+    as too_large and the next frame comes back (the host's cap was the frame limit + 64 KiB: 1009);
+    a message over the cap closes the connection with 1009, as the README says."""
+    async def scenario(size: int) -> tuple[list[dict], list[int], int | None]:
+        events, results = [], []
+        async with connect(server.ws_url, max_size=None) as ws:
+            await ws.send(json.dumps({"source_id": source_id, "token": TOKEN}))
+            assert json.loads(await ws.recv())["max_message_bytes"] == 16 * 1024 * 1024
+            await ws.send(pack_frame(1, 0.0, b"\xff\xd8" + b"\x00" * size))
+            with contextlib.suppress(ConnectionClosed):
+                for seq in range(2, 12):  # good frames until one comes back (a busy host may miss deadlines)
+                    await ws.send(pack_frame(seq, 0.0, encode_frame(clip[0], 80)))
+                    with contextlib.suppress(TimeoutError):
+                        while True:
+                            message = await asyncio.wait_for(ws.recv(), 1.0)
+                            if isinstance(message, str):
+                                events.append(json.loads(message))
+                            else:
+                                results.append(unpack_frame(message)[0])
+                                return events, results, None
+                await ws.recv()
+        return events, results, ws.close_code
+
+    events, results, _ = asyncio.run(scenario(5_000_000))
+    assert {"type": "dropped", "seq": 1, "reason": "too_large"} in events and len(results) == 1
+    _, results, close_code = asyncio.run(scenario(17 * 1024 * 1024))
+    assert results == [] and close_code == 1009
+
+
+def test_the_frame_limit_must_stay_below_the_transport_cap():
+    with pytest.raises(ValueError, match="max_message_bytes"):
+        LiveConfig(max_frame_bytes=16 * 1024 * 1024)

@@ -8,7 +8,9 @@ import pytest
 from fusion_ray.live.protocol import (
     DROP_REASONS,
     HEADER_SIZE,
+    MAX_JSON_DEPTH,
     ProtocolError,
+    client_json,
     dropped_event,
     pack_frame,
     pack_header,
@@ -72,3 +74,17 @@ def test_events_are_json_with_a_type():
     assert stats["type"] == "stats" and stats["frames_in"] == 10 and stats["frames_out"] == 7
     assert stats["dropped"] == {r: {"stale": 2, "deadline": 1}.get(r, 0) for r in DROP_REASONS}
     assert stats["latency_ms"] == {"p50": 40.0, "p99": 90.5} and stats["level"] == 2
+
+
+@pytest.mark.parametrize("text", [
+    "[" * 100_000 + "]" * 100_000,                     # nested past any recursion limit
+    '{"source_id": ' + "[" * 250 + "]" * 250 + "}",   # deeper than MAX_JSON_DEPTH inside the object
+    '{"source_id": "s", "token": "' + "x" * 20_000 + '"}',  # longer than MAX_TEXT_CHARS
+])
+def test_deep_or_long_start_messages_are_malformed_not_a_crash(text):
+    with pytest.raises(ProtocolError):
+        parse_start(text)
+
+
+def test_nesting_up_to_the_bound_parses():
+    assert client_json("[" * (MAX_JSON_DEPTH - 1) + "]" * (MAX_JSON_DEPTH - 1), "message") is not None

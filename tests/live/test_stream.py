@@ -6,6 +6,7 @@ import cv2
 import numpy as np
 import pytest
 
+from fusion_ray.live.backend import SourceStatus
 from fusion_ray.live.config import LadderConfig, LiveConfig
 from fusion_ray.live.hub import LiveHub
 from fusion_ray.live.protocol import unpack_frame
@@ -198,6 +199,7 @@ def test_the_ladder_degrades_a_stream_that_cannot_keep_up():
 
 @pytest.mark.parametrize(("start", "close_code", "code"), [
     ("nope", 1003, "malformed_start"),
+    ("[" * 100_000 + "]" * 100_000, 1003, "malformed_start"),  # a RecursionError in json.loads once
     ('{"source_id": "src", "quality": 500}', 1003, "malformed_start"),
     ('{"source_id": "src", "token": "t", "deadline_ms": 10000}', 1003, "malformed_start"),
     ('{"source_id": "src"}', 1008, "unauthorized"),
@@ -309,3 +311,98 @@ def test_a_client_leaving_mid_frame_frees_its_slot_and_cancels_the_frame():
     conn, summary, _ = run_stream(LiveConfig(), processor, script)  # asserts no stream and every slot free
     assert [p.seq for p in processor.plans] == [0] and processor.cancelled == [0]
     assert conn.results == [] and summary.frames_out == 0
+
+
+def test_old_or_repeated_sequence_numbers_are_stale_before_any_work():
+    """5, 3, 3, 6: the 3s are dropped as stale on arrival (never decoded or processed, never
+    overload), and they do not count against the stream's health: the ladder stays at level 0."""
+    async def script(conn):
+        for seq in (5, 3, 3):
+            conn.send(frame_message(seq))
+        await asyncio.sleep(0.1)
+        for _ in range(40):  # a client replaying an old frame over and over
+            conn.send(frame_message(3))
+            await asyncio.sleep(0.005)
+        conn.send(frame_message(6))
+        await asyncio.sleep(0.3)
+
+    ladder = LadderConfig(degrade_after_s=0.05, degrade_drop_rate=0.1)
+    processor = ScriptedProcessor()
+    conn, summary, hub = run_stream(LiveConfig(stats_interval_s=0.05, ladder=ladder, max_fps=1000), processor, script)
+    assert [p.seq for p in processor.plans] == [5, 6] and conn.result_seqs() == [5, 6]
+    assert conn.dropped("stale") == [3] * 42
+    assert conn.dropped("overload") == [] and hub.outcomes["overload"] == 0
+    assert {s["level"] for s in conn.events("stats")} == {0}
+    assert summary.frames_in == 44 and summary.dropped["stale"] == 42
+
+
+def test_a_deeply_nested_text_message_mid_stream_is_ignored():
+    async def script(conn):
+        conn.send("[" * 100_000)
+        conn.send(frame_message(1))
+        await asyncio.sleep(0.2)
+
+    conn, summary, _ = run_stream(LiveConfig(), ScriptedProcessor(), script)
+    assert conn.result_seqs() == [1] and summary.reason == "disconnected"
+
+
+def _serve_then(cfg: LiveConfig, act, *, backend: ScriptedBackend | None = None):
+    """Open one stream, send a frame, run ``act(hub, backend)``; (transport, summary, seconds to close)."""
+    async def scenario():
+        conn = MemoryTransport()
+        used = backend or ScriptedBackend(ScriptedProcessor())
+        hub = LiveHub(cfg, used)
+        serving = asyncio.create_task(hub.serve(conn))
+        conn.send(START)
+        conn.send(frame_message(1))
+        await asyncio.sleep(0.1)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        act(hub, used)
+        summary = await asyncio.wait_for(serving, 5)
+        return conn, summary, loop.time() - began, hub
+
+    return asyncio.run(scenario())
+
+
+def test_a_deleted_source_ends_its_streams_within_a_second():
+    def delete(hub, backend):
+        backend.status = SourceStatus(deleted=frozenset({"src"}))
+
+    conn, summary, took, _ = _serve_then(LiveConfig(source_check_s=0.5), delete)
+    assert conn.result_seqs() == [1]
+    assert conn.texts[-1]["type"] == "error" and conn.texts[-1]["code"] == "source_deleted"
+    assert conn.closed == (1008, "source_deleted") and summary.reason == "source_deleted"
+    assert took < 1.0
+
+
+def test_revoking_a_source_ends_only_the_streams_using_it():
+    conn, _, took, _ = _serve_then(LiveConfig(), lambda hub, _: hub.revoke_source("src"))
+    assert conn.closed == (1008, "source_deleted") and took < 0.5
+    _, summary, _, hub = _serve_then(LiveConfig(idle_timeout_s=0.3, stats_interval_s=0.1),
+                                     lambda hub, _: hub.revoke_source("another"))
+    assert summary.reason == "idle_timeout"
+
+
+def test_shutting_down_ends_every_stream_with_1001_and_refuses_new_ones():
+    async def late_client(hub):
+        conn = MemoryTransport()
+        conn.send(START)
+        await hub.serve(conn)
+        return conn
+
+    conn, summary, took, hub = _serve_then(LiveConfig(), lambda hub, _: hub.shut_down())
+    assert conn.texts[-1]["code"] == "shutting_down" and conn.closed == (1001, "shutting_down")
+    assert took < 0.5
+    late = asyncio.run(late_client(hub))
+    assert late.closed == (1001, "shutting_down") and late.texts[0]["code"] == "shutting_down"
+
+
+def test_a_draining_service_ends_the_streams_at_the_next_check():
+    backend = ScriptedBackend(ScriptedProcessor())
+
+    def drain(hub, used):
+        used.status = SourceStatus(draining=True)
+
+    conn, _, took, _ = _serve_then(LiveConfig(source_check_s=0.2), drain, backend=backend)
+    assert conn.closed == (1001, "shutting_down") and took < 1.0 and backend.status_calls >= 1

@@ -131,9 +131,10 @@ async def _refusal(url: str, first: str | bytes) -> tuple[dict, int | None]:
     ({"source_id": "x", "token": "wrong"}, 1008, "unauthorized"),
     ({"source_id": "nope", "token": TOKEN}, 1008, "unknown_source"),
     ({"token": TOKEN}, 1003, None),                                   # source_id missing: malformed
+    ("[" * 100_000 + "]" * 100_000, 1003, "malformed_start"),         # a RecursionError and 1006 once
 ])
 def test_refusals_send_an_error_then_close(ws, source_id, start, code, error):
-    event, close_code = asyncio.run(_refusal(ws, json.dumps(start)))
+    event, close_code = asyncio.run(_refusal(ws, start if isinstance(start, str) else json.dumps(start)))
     assert event["type"] == "error" and close_code == code
     if error:
         assert event["code"] == error
@@ -317,3 +318,34 @@ def _aligned(engine, frame: np.ndarray) -> np.ndarray:
     grey = cv2.cvtColor(crop, cv2.COLOR_BGR2GRAY).astype(np.float32)
     inner = grey[40:110, 30:98]
     return (inner - inner.mean()) / (inner.std() + 1e-6)
+
+
+def test_deleting_a_source_ends_the_streams_using_it(ws, http, images_dir):
+    """DELETE /v1/sources/{id}: an open stream on it gets source_deleted and close 1008 within a
+    second (it stayed usable for the rest of the stream, up to an hour)."""
+    import time
+
+    import requests
+    from websockets.exceptions import ConnectionClosed
+
+    source = register_source(http, (images_dir / "obama.jpg").read_bytes(), "obama.jpg", token=TOKEN)
+
+    async def scenario() -> tuple[list[dict], int | None, float]:
+        events: list[dict] = []
+        async with connect(ws) as conn:
+            await conn.send(json.dumps({"source_id": source, "token": TOKEN}))
+            assert json.loads(await conn.recv())["type"] == "ready"
+            deleted = await asyncio.to_thread(requests.delete, f"{http}/v1/sources/{source}", timeout=30,
+                                              headers={"Authorization": f"Bearer {TOKEN}"})
+            assert deleted.status_code == 204
+            began = time.monotonic()
+            with contextlib.suppress(ConnectionClosed, TimeoutError):
+                while True:
+                    message = await asyncio.wait_for(conn.recv(), 10)
+                    if isinstance(message, str):
+                        events.append(json.loads(message))
+            return events, conn.close_code, time.monotonic() - began
+
+    events, close_code, took = asyncio.run(scenario())
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "source_deleted", events
+    assert close_code == 1008 and took < 1.0

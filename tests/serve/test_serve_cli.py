@@ -48,9 +48,10 @@ def _descendants(pid: int) -> list[psutil.Process]:
 
 
 
-def test_sigterm_stops_serve_cleanly_from_any_folder(tmp_path, models_config):
-    """No --config, started in an empty folder (the packaged default config); SIGTERM then shuts
-    Serve and the local Ray down: exit 0, no traceback, no Ray process left behind."""
+def test_sigterm_stops_serve_cleanly_from_any_folder(tmp_path, models_config, images_dir):
+    """No --config, started in an empty folder (the packaged default config). SIGTERM ends an open
+    live stream with an error event and close 1001 (going away), then shuts Serve and the local
+    Ray down: exit 0, no traceback, every Ray process gone within 15 s of the signal."""
     port = free_port()
     models = [a for name, path in models_config.paths.items() for a in ("--model", f"{name}={path}")]
     env = {**os.environ, "FUSION_RAY_API_TOKEN": "", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -58,18 +59,82 @@ def test_sigterm_stops_serve_cleanly_from_any_folder(tmp_path, models_config):
                              str(models_config.models_dir), *models],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_healthy(f"http://127.0.0.1:{port}", proc)
+        url = f"http://127.0.0.1:{port}"
+        _wait_healthy(url, proc)
+        source = _register(url, (images_dir / "obama.jpg").read_bytes())
         ray_processes = _descendants(proc.pid)
         assert ray_processes, "the local Ray's processes should be children of the command"
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=120)
+        signalled: list[float] = []
+        events, close_code = asyncio.run(_stream_until_closed(f"ws://127.0.0.1:{port}/v1/stream", source,
+                                                              lambda: _sigterm(proc, signalled)))
+        _, stderr = proc.communicate(timeout=60)
+        left = left_after(ray_processes, max(0.0, 15.0 - (time.monotonic() - signalled[0])))
     finally:
         if proc.poll() is None:
             proc.kill()
+    assert events and events[-1]["type"] == "error" and events[-1]["code"] == "shutting_down", (close_code, stderr[-3000:])
+    assert close_code == 1001
     assert proc.returncode == 0, stderr
-    assert "Traceback" not in stderr and "stopping..." in stderr, stderr
-    left = left_after(ray_processes, 10)
+    assert "Traceback" not in stderr and "stopping" in stderr, stderr
     assert not left, left
+
+
+def _register(url: str, image: bytes) -> str:
+    """A source id; retried: the first POST right after start-up was once answered by a closed
+    connection (seen twice on this 2-core host, not understood yet; see the report of issue 21)."""
+    answers = []
+    for _ in range(3):
+        try:
+            response = requests.post(f"{url}/v1/sources", timeout=60, files={"image": ("a.jpg", image, "image/jpeg")})
+        except requests.RequestException as exc:
+            answers.append(repr(exc))
+            continue
+        if response.status_code == 201:
+            return str(response.json()["source_id"])
+        answers.append(f"{response.status_code} {response.text[:200]}")
+    raise AssertionError(answers)
+
+
+def _sigterm(proc: subprocess.Popen, signalled: list[float]) -> None:
+    signalled.append(time.monotonic())
+    proc.send_signal(signal.SIGTERM)
+
+
+async def _stream_until_closed(ws_url: str, source: str, then) -> tuple[list[dict], int | None]:
+    """Open a stream, call ``then()``, keep it open; (the text events, the close code)."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    events: list[dict] = []
+    async with connect(ws_url) as conn:
+        await conn.send(json.dumps({"source_id": source}))
+        assert json.loads(await conn.recv())["type"] == "ready"
+        then()
+        try:
+            while True:
+                message = await asyncio.wait_for(conn.recv(), 30)
+                if isinstance(message, str):
+                    events.append(json.loads(message))
+        except (ConnectionClosed, TimeoutError):
+            pass
+    return events, conn.close_code
+
+
+def test_a_busy_port_is_refused_before_ray_starts(tmp_path):
+    """A second service on a port that is in use: exit 2 at once, naming the port and its holder
+    (it started a whole Ray cluster first and failed with an internal error, exit 70)."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        began = time.monotonic()
+        done = subprocess.run([str(FUSION_RAY), "serve", "--port", str(port)], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+        took = time.monotonic() - began
+    assert done.returncode == 2, done.stderr
+    assert f"127.0.0.1:{port}" in done.stderr and f"pid {os.getpid()}" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "ray" not in done.stderr.lower(), done.stderr
+    assert took < 20, took  # no Ray started (that alone takes 10 s and more here)
 
 
 def test_kill_9_of_serve_leaves_no_ray_process_behind(tmp_path, models_config):

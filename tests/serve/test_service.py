@@ -178,7 +178,7 @@ def test_health_readiness_and_openapi(service):
     assert image["required"] == ["image"] and image["properties"]["image"]["items"]["format"] == "binary"
     assert {"/v1/sources", "/v1/sources/{source_id}", "/healthz", "/readyz", "/metrics"} <= set(spec["paths"])
     assert "HTTPBearer" in spec["components"]["securitySchemes"]
-    assert "text/html" in requests.get(f"{service}/docs", timeout=10).headers["content-type"]
+    assert requests.get(f"{service}/docs", timeout=10).status_code == 404  # it loaded Swagger UI from a CDN
 
 
 # ------------------------------------------------------------- same pixels as the engine

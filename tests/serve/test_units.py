@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 import zlib
 from pathlib import Path
@@ -668,3 +669,37 @@ def test_auto_placement_is_fused_unless_a_node_has_more_than_one_gpu():
     assert ServeSettings().placement == "auto"
     with pytest.raises(ConfigError):
         parse_settings({"placement": "scattered"})
+
+
+def _asgi_get(app, path: str) -> tuple[int, bytes]:
+    """GET ``path`` from an ASGI app in-process (no network): (status, body)."""
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "", "headers": [],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    asyncio.run(app(scope, receive, send))
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+def test_no_page_loads_anything_from_another_host():
+    """/docs and /redoc loaded Swagger UI and ReDoc from a CDN (blank offline): they are off; the
+    schema is served, and the pages that are served reference no other host."""
+    import re
+
+    from fusion_ray.serve.app import create_api
+
+    api = create_api(_core())
+    assert _asgi_get(api, "/docs")[0] == 404 and _asgi_get(api, "/redoc")[0] == 404
+    status, body = _asgi_get(api, "/openapi.json")
+    assert status == 200 and "/v1/swap" in json.loads(body)["paths"]
+    status, page = _asgi_get(api, "/live")
+    assert status == 200 and b"getUserMedia" in page
+    assert not re.findall(rb"(?:src|href)\s*=\s*[\"']?(?:https?:)?//", page)  # no script or style from elsewhere
