@@ -47,7 +47,7 @@ def test_kill_9_of_a_video_command_leaves_no_ray_process_behind(command, tmp_pat
         (tmp_path / "out").mkdir()
         io = ["--source-pattern", source, "--target-pattern", str(clip), "--output-root", str(tmp_path / "out"),
               "--no-progress-bars"]
-    proc = subprocess.Popen([str(FUSION_RAY), command, "--swapper", "classic", "--no-tracking",
+    proc = subprocess.Popen([str(FUSION_RAY), command, "--runner", "ray", "--swapper", "classic", "--no-tracking",
                              "--model", f"scrfd_2.5g={scrfd_path}", "--providers", "cpu", *io],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ray_processes: list[psutil.Process] = []
