@@ -78,7 +78,7 @@ def print_summary(report, wall_s: float, report_path: Path | None, *,  # type: i
 
 def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("runner (videos and jobs)")
-    group.add_argument("--runner", choices=("auto", "local", "ray"), default="auto",
+    group.add_argument("--runner", choices=("auto", "local", "ray"), default="auto",  # fusion_ray.runners
                        help="local: this process, threads and bounded queues, no Ray; ray: a Ray Data job "
                             "(a local Ray instance, or --address); auto (default): ray when a cluster address "
                             "is given (--address or RAY_ADDRESS) or the job has more frames than the local "

@@ -13,9 +13,12 @@ from fusion_ray.pipeline.report import ItemKind
 
 
 def job_frames(plan: JobPlan) -> int:
-    """The frames a job's planned items deliver (a video's frames, one per image), for ``auto``;
-    items left to plan later count as one frame each."""
-    return sum(p.expected_frames if p.kind is ItemKind.VIDEO else 1 for p in plan.items if p.runs)
+    """The frames a job's runnable items deliver (a video's frames, one per image), for ``auto``;
+    an item left to plan later (past ``plan_on_driver``) counts as the planned items' mean."""
+    planned = [p.expected_frames if p.kind is ItemKind.VIDEO else 1 for p in plan.items if p.runs and p.planned]
+    later = sum(1 for p in plan.items if p.runs and not p.planned)
+    mean = sum(planned) / len(planned) if planned else 1.0
+    return int(sum(planned) + later * mean)
 
 
 def choose_runner(requested: str, plan: JobPlan, local: LocalConfig, address: str | None,

@@ -1,5 +1,6 @@
 """A job whose manifest, sources and targets are in a bucket of a real S3 API (the session's
-moto server, tests/s3_server.py) writes the same outputs as the same job on local files.
+moto server, tests/s3_server.py) writes the same outputs as the same job on local files, with
+either runner.
 
 The session's Ray cluster started before the test set the AWS variables: the read tasks get
 the storage settings from the job (``JobPlan.storage``), not from their environment.
@@ -42,7 +43,8 @@ def media(tmp_path_factory, images_dir):
     return root
 
 
-def test_inputs_in_a_bucket_give_the_outputs_of_local_inputs(media, job_cfg, s3_server, s3_bucket, tmp_path):
+@pytest.mark.parametrize("runner", ["ray", "local"])
+def test_inputs_in_a_bucket_give_the_outputs_of_local_inputs(runner, media, job_cfg, s3_server, s3_bucket, tmp_path):
     storage = s3_server.storage()
     for name in ("clip.mp4", "still.png", "biden.jpg"):
         storage.publish(media / name, f"s3://{s3_bucket}/data/{name}")
@@ -53,10 +55,10 @@ def test_inputs_in_a_bucket_give_the_outputs_of_local_inputs(media, job_cfg, s3_
     here = tmp_path / "local"
     local = run_job([JobItem((media / "biden.jpg",), media / "clip.mp4", here / "clip.mp4"),
                      JobItem((media / "biden.jpg",), media / "still.png", here / "still.png")],
-                    job_cfg, output_root=here)
+                    job_cfg, output_root=here, runner=runner)
     there = tmp_path / "from_s3"
     items = read_manifest(f"s3://{s3_bucket}/data/job.csv", there, storage)
-    remote = run_job(items, job_cfg, output_root=there, storage=storage)
+    remote = run_job(items, job_cfg, output_root=there, storage=storage, runner=runner)
 
     assert [i.status for i in local.items] == ["done", "done"], [i.error for i in local.items]
     status = {i.target.rsplit("/", 1)[-1]: (i.status, i.error) for i in remote.items}
@@ -78,7 +80,7 @@ def test_inputs_in_a_bucket_give_the_outputs_of_local_inputs(media, job_cfg, s3_
     root = Location.parse(f"s3://{s3_bucket}/out")
     items = read_manifest(f"s3://{s3_bucket}/data/job.csv", root, storage)
     assert items[0].output == root / "clip.mp4"
-    in_bucket = run_job(items, job_cfg, output_root=root, storage=storage)
+    in_bucket = run_job(items, job_cfg, output_root=root, storage=storage, runner=runner)
     assert [i.status for i in in_bucket.items] == ["done", "done", "failed"], [i.error for i in in_bucket.items]
     assert in_bucket.items[0].output == f"s3://{s3_bucket}/out/clip.mp4"
     assert storage.glob(f"s3://{s3_bucket}/out/**") == [root / "clip.mp4", root / "still.png"]
@@ -91,5 +93,5 @@ def test_inputs_in_a_bucket_give_the_outputs_of_local_inputs(media, job_cfg, s3_
     for x, y in zip(decode_all(here / "clip.mp4"), decode_all(fetched / "clip.mp4"), strict=True):
         assert np.array_equal(x.frame, y.frame), x.index
     assert np.array_equal(read_image(fetched / "still.png").frame, swapped)
-    rerun = run_job(items, job_cfg, output_root=root, storage=storage)  # finished outputs in the bucket are skipped
+    rerun = run_job(items, job_cfg, output_root=root, storage=storage, runner=runner)  # finished outputs in the bucket are skipped
     assert [i.status for i in rerun.items] == ["skipped", "skipped", "failed"]

@@ -145,3 +145,13 @@ def test_auto_picks_ray_for_a_cluster_or_a_large_job(runner_media, scrfd_path, t
     assert choose_runner("auto", plan, local, None, {"RAY_ADDRESS": "ray://h:10001"}) == "ray"
     assert choose_runner("auto", plan, LocalConfig(auto_ray_frames=40), None, {}) == "ray"
     assert choose_runner("local", plan, LocalConfig(auto_ray_frames=0), "auto", {}) == "local"
+
+
+def test_auto_counts_the_items_planned_later_as_the_planned_ones(runner_media, scrfd_path, tmp_path):
+    from fusion_ray.runners import job_frames
+
+    items = [JobItem((runner_media["source"],), runner_media["clip"], tmp_path / f"o{n}.mp4") for n in range(5)]
+    plan = plan_job(items, job_config(scrfd_path), on_driver=2)
+    assert [p.planned for p in plan.items] == [True, True, False, False, False]
+    assert job_frames(plan) == 5 * 48
+    assert choose_runner("auto", plan, LocalConfig(auto_ray_frames=200), None, {}) == "ray"
