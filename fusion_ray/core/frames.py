@@ -114,7 +114,8 @@ class FrameChain:
         errors = [""] * len(jobs)
         followed = [self._followed(job, errors, i) for i, job in enumerate(jobs)]
         given = np.asarray([f is not None for f in followed])
-        faces = FaceBatch.merge([f for f in followed if f is not None], [i for i, f in enumerate(followed) if f is not None])
+        rows_given = [i for i, f in enumerate(followed) if f is not None]
+        faces = FaceBatch.merge([f for f in followed if f is not None], rows_given)
         rows = self._rows(jobs, given, np.asarray([len(f) if f is not None else 0 for f in followed], np.int32))
         done = self.finding.run(self.tools, rows, FrameBatch([j.frame for j in jobs], errors, faces))
         detected = done.counter("faces_detected")

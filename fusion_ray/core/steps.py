@@ -7,7 +7,8 @@ Each :class:`Step` is a typed function ``(Tools, Rows, FrameBatch) -> FrameBatch
 functions of :mod:`fusion_ray.core.chain`. It declares what it reads and writes, the model kind
 it needs, whether it wants a GPU and the phase it belongs to; :class:`Chain` orders the steps by
 phase (registration order within a phase) and keeps those the config enables. Runners (the
-engine, the local runner, the Ray Data stages) ask the chain what to run and decide only where
+engine, the local runner, the Ray Data stages, :class:`fusion_ray.core.frames.FrameChain` for
+``fusion-ray live`` and the fused Serve placement) ask the chain what to run and decide only where
 each step runs: adding a per-face step is one :class:`Step` in :data:`STEPS` (its function here,
 its model wrapper, one config field in ``enabled``), with no runner touched.
 
