@@ -1,13 +1,14 @@
 """Whole frames through the chain in one process, batched across frames: the fused placement.
 
-:class:`FrameChain` runs detect (or, for a live stream at level 2, follow the faces on crops),
-select, align, swap, paste and enhance over a batch of :class:`FrameJob` values, each frame with
-its own source, selection, enhancement and detector canvas. Every step is the core's
-(:mod:`fusion_ray.core.chain`, the same functions the engine runs): the swap and the enhancer
-run once over every face of every frame of the batch. Its users: the in-process live backend
-(``fusion-ray live``, :mod:`fusion_ray.live.local`) with batches of one frame, and the fused Serve
-deployment (:mod:`fusion_ray.serve.fused`), whose ``@serve.batch`` gathers the frames of
-concurrent HTTP requests and live streams.
+:class:`FrameChain` runs the declared chain (:class:`fusion_ray.core.steps.Chain`, the steps the
+engine, the local runner and the Ray stages run) over a batch of :class:`FrameJob` values, each
+frame with its own source, selection, enhancement and detector canvas, all expressed as the
+chain's per-frame :class:`~fusion_ray.core.steps.Rows`. A live stream at level 2 follows its
+faces on crops before the chain; those faces are *given* to it, as a tracking read's are. The
+swap and the enhancer run once over every face of every frame of the batch. Its users: the
+in-process live backend (``fusion-ray live``, :mod:`fusion_ray.live.local`) with batches of one
+frame, and the fused Serve deployment (:mod:`fusion_ray.serve.fused`), whose ``@serve.batch``
+gathers the frames of concurrent HTTP requests and live streams.
 
 A frame's failure is its :attr:`FrameDone.error` (the frame comes back unchanged); the caller
 never passes it off as processed. Fatal errors (memory, model, provider) raise.
@@ -17,21 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Protocol
 
 import numpy as np
 
-from fusion_ray.config import EngineConfig, TrackingConfig
+from fusion_ray.config import EngineConfig
 from fusion_ray.core import chain
-from fusion_ray.core.facebatch import FaceBatch
-from fusion_ray.core.layout import CropLayout, enhance_layout, swap_layout
+from fusion_ray.core.facebatch import FaceBatch, FrameBatch
 from fusion_ray.core.modelset import ModelSet
 from fusion_ray.core.redetect import CropBox, RoiResult, redetect
-from fusion_ray.core.swapper import SwapBackend, swap_backend
+from fusion_ray.core.steps import Chain, Rows, Tools
 from fusion_ray.core.tracking import TrackPrediction
-from fusion_ray.models.detector import DetectorCanvases
-from fusion_ray.models.enhancer import GfpganEnhancer
 from fusion_ray.types import Frame, SourceIdentity
 
 
@@ -93,83 +90,82 @@ class FrameDone:
 
 
 class FrameChain:
-    """The models and layouts of one process, and the chain over batches of frames."""
+    """The tools of one process and the declared chain over batches of frames: :meth:`faces`
+    runs its steps up to selection, :meth:`swap` the rest, :meth:`run` both."""
 
     def __init__(self, cfg: EngineConfig, models: ModelSet) -> None:
-        self.canvases = DetectorCanvases(models.need_detector())
-        self.models = models
-        self.tracking: TrackingConfig = cfg.tracking
-        self.swap_layout: CropLayout = swap_layout(cfg)
-        self.enhance_layout: CropLayout = enhance_layout(cfg)
-        self._cfg = cfg
-        self._backend: SwapBackend | None = None
-
-    @property
-    def backend(self) -> SwapBackend:
-        if self._backend is None:
-            self._backend = swap_backend(self._cfg, self.models)
-        return self._backend
-
-    @property
-    def enhancer(self) -> GfpganEnhancer | None:
-        return self.models.enhancer
+        # Enhancement is each frame's choice (FrameJob.enhance_blend), so its steps are in the chain.
+        cfg = cfg.model_copy(update={"enhance": cfg.enhance.model_copy(update={"enabled": True})})
+        self.tools = Tools(cfg, models)
+        self.tools.detector()  # no detector: fail here, not on the first frame
+        self.finding, self.rest = Chain.of(cfg).split("select")
 
     def run(self, jobs: Sequence[FrameJob]) -> list[FrameDone]:
         """Every job's frame through the whole chain."""
-        return self.swap(jobs, [self.faces(job) for job in jobs])
+        return self.swap(jobs, self.find(jobs))
 
     def faces(self, job: FrameJob) -> FoundFaces:
-        """The job's faces to swap: followed on crops (level 2), else detected and selected on
-        the whole frame; the follower, if any, is updated either way."""
-        errors = [""]
-        found = chain.guarded(errors, 0, "detect", partial(self._faces, job, errors), None)
-        if found is None or errors[0]:
-            return FoundFaces(FaceBatch.empty(), 0, errors[0])
-        faces, detected = found
-        return FoundFaces(replace(faces, source_id=np.full(len(faces), job.source_id, object)), detected)
+        """The job's faces to swap (see :meth:`find`)."""
+        return self.find([job])[0]
 
-    def _faces(self, job: FrameJob, errors: list[str]) -> tuple[FaceBatch, int]:
-        follower, frame = job.follower, job.frame
-        hw = (int(frame.shape[0]), int(frame.shape[1]))
-        predictions = follower.predictions(job.seq, job.follow) if follower is not None else []
-        if follower is not None and predictions:
-            roi = redetect(frame, self.canvases.get(self.tracking.roi_canvas, square=True), predictions,
-                           self.tracking, follower.crops)
-            followed = follower.followed(job.seq, roi, hw)
-            if followed is not None:
-                return followed, len(followed)
-        found = chain.detect_select(self.canvases.get(job.detector_size), [frame], errors, [job.selection])
-        if follower is not None and not errors[0]:
-            follower.detected(job.seq, found.faces, hw)
-        return found.faces, int(found.faces_detected[0])
+    def find(self, jobs: Sequence[FrameJob]) -> list[FoundFaces]:
+        """Each job's faces to swap: followed on crops (level 2; given to the chain), else the
+        chain's steps up to selection; each follower is updated either way."""
+        errors = [""] * len(jobs)
+        followed = [self._followed(job, errors, i) for i, job in enumerate(jobs)]
+        given = np.asarray([f is not None for f in followed])
+        rows_given = [i for i, f in enumerate(followed) if f is not None]
+        faces = FaceBatch.merge([f for f in followed if f is not None], rows_given)
+        rows = self._rows(jobs, given, np.asarray([len(f) if f is not None else 0 for f in followed], np.int32))
+        done = self.finding.run(self.tools, rows, FrameBatch([j.frame for j in jobs], errors, faces))
+        detected = done.counter("faces_detected")
+        found = []
+        for i, job in enumerate(jobs):
+            mine = _one_frame(done.faces, i) if not errors[i] else FaceBatch.empty()
+            if job.follower is not None and not given[i] and not errors[i]:
+                job.follower.detected(job.seq, mine, _hw(job.frame))
+            found.append(FoundFaces(mine, int(detected[i]) if not errors[i] else 0, errors[i]))
+        return found
 
     def swap(self, jobs: Sequence[FrameJob], found: Sequence[FoundFaces]) -> list[FrameDone]:
-        """Align, swap, paste (and enhance) the found faces of every job, each model once per batch."""
+        """The rest of the chain (align, swap, paste, enhance...) over the found faces of every job,
+        each model once per batch."""
         errors = [f.error for f in found]
-        frames = [job.frame for job in jobs]
         faces = FaceBatch.merge([f.faces for f in found], range(len(found)))
-        faces = chain.align(frames, faces, self.swap_layout, errors, "align")
-        identities = {job.source_id: job.identity for job in jobs}
-        faces = chain.swap(self.backend, faces, identities, errors) if len(faces) else faces
-        out = chain.paste(frames, faces, self.swap_layout, errors)
-        out = self._enhance(jobs, out, faces, errors)
-        return [FrameDone(out[i] if not errors[i] else job.frame, f.detected,
-                          faces.of_frame(i).landmarks_5 if not errors[i] else np.zeros((0, 5, 2), np.float32),
-                          errors[i], job.follower)
+        rows = self._rows(jobs, np.ones(len(jobs), bool), np.asarray([f.detected for f in found], np.int32))
+        done = self.rest.run(self.tools, rows, FrameBatch([job.frame for job in jobs], errors, faces))
+        none = np.zeros((0, 5, 2), np.float32)
+        return [FrameDone(done.frames[i] if not errors[i] else job.frame, f.detected,
+                          f.faces.landmarks_5 if not errors[i] else none, errors[i], job.follower)
                 for i, (job, f) in enumerate(zip(jobs, found, strict=True))]
 
-    def _enhance(self, jobs: Sequence[FrameJob], frames: list[Frame], faces: FaceBatch,
-                 errors: list[str]) -> list[Frame]:
-        """The enhancer over the faces of the jobs that ask for it, once per distinct blend."""
-        blends = sorted({job.enhance_blend for job in jobs if job.enhance_blend is not None})
-        for blend in blends:
-            rows = [i for i, job in enumerate(jobs) if job.enhance_blend == blend and not errors[i]]
-            mine = faces.take(np.flatnonzero(np.isin(faces.frame_index, rows)))
-            if not len(mine):
-                continue
-            if self.enhancer is None:
-                raise ValueError("a frame asks for the enhancer but none is loaded")
-            crops = chain.align_for_enhance(frames, mine, self.enhance_layout, errors)
-            enhanced = chain.enhance(self.enhancer, crops, blend)
-            frames = chain.paste(frames, enhanced, self.enhance_layout, errors, "enhance_paste")
-        return frames
+    def _rows(self, jobs: Sequence[FrameJob], given: np.ndarray, found: np.ndarray) -> Rows:
+        return Rows([job.selection for job in jobs], [job.source_id for job in jobs],
+                    {job.source_id: job.identity for job in jobs}, given, found,
+                    canvases=[job.detector_size for job in jobs], blends=[job.enhance_blend for job in jobs])
+
+    def _followed(self, job: FrameJob, errors: list[str], row: int) -> FaceBatch | None:
+        """The job's faces re-detected on crops around their predictions (None: detect the frame)."""
+        follower = job.follower
+        predictions = follower.predictions(job.seq, job.follow) if follower is not None else []
+        if follower is None or not predictions:
+            return None
+
+        def follow() -> FaceBatch | None:
+            assert follower is not None
+            detector = self.tools.detector(self.tools.cfg.tracking.roi_canvas, square=True)
+            roi = redetect(job.frame, detector, predictions, self.tools.cfg.tracking, follower.crops)
+            return follower.followed(job.seq, roi, _hw(job.frame))
+
+        faces = chain.guarded(errors, row, "detect", follow, None)
+        return replace(faces, source_id=np.full(len(faces), job.source_id, object)) if faces is not None else None
+
+
+def _hw(frame: Frame) -> tuple[int, int]:
+    return int(frame.shape[0]), int(frame.shape[1])
+
+
+def _one_frame(faces: FaceBatch, row: int) -> FaceBatch:
+    """The faces of frame ``row``, as a batch of one frame."""
+    mine = faces.of_frame(row)
+    return replace(mine, frame_index=np.zeros(len(mine), np.int64))

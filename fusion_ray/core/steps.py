@@ -7,7 +7,8 @@ Each :class:`Step` is a typed function ``(Tools, Rows, FrameBatch) -> FrameBatch
 functions of :mod:`fusion_ray.core.chain`. It declares what it reads and writes, the model kind
 it needs, whether it wants a GPU and the phase it belongs to; :class:`Chain` orders the steps by
 phase (registration order within a phase) and keeps those the config enables. Runners (the
-engine, the local runner, the Ray Data stages) ask the chain what to run and decide only where
+engine, the local runner, the Ray Data stages, :class:`fusion_ray.core.frames.FrameChain` for
+``fusion-ray live`` and the fused Serve placement) ask the chain what to run and decide only where
 each step runs: adding a per-face step is one :class:`Step` in :data:`STEPS` (its function here,
 its model wrapper, one config field in ``enabled``), with no runner touched.
 
@@ -16,8 +17,9 @@ element-wise minimum); paste blends through the result. Today the only masks are
 layouts' box masks (the swap's and the enhancer's), added after the crop they apply to.
 
 ``Rows`` are what the steps read per frame and never change: each frame's selection and source
-id, the identities, and the frames whose faces were decided before the chain (a tracking read:
-detect and select leave those frames' faces as they are).
+id, the identities, the frames whose faces were decided before the chain (a tracking read, or a
+live stream's faces followed on crops: detect and select leave those frames' faces as they are),
+and, where frames differ in them, each frame's detector canvas and enhancer blend.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from fusion_ray.core.facebatch import FaceBatch, FrameBatch
 from fusion_ray.core.layout import CropLayout, enhance_layout, swap_layout
 from fusion_ray.core.modelset import Component, ModelSet
 from fusion_ray.core.swapper import SwapBackend, swap_backend
-from fusion_ray.types import SourceIdentity
+from fusion_ray.models.detector import DetectorCanvases, ScrfdDetector
+from fusion_ray.types import Face, SourceIdentity
 
 Phase = Literal["detect", "select", "align", "target_mask", "swap", "swapped_mask", "paste",
                 "enhance_align", "enhance", "enhance_mask", "paste_enhanced"]
@@ -59,6 +62,13 @@ class Tools:
         self.swap_layout: CropLayout = swap_layout(cfg)
         self.enhance_layout: CropLayout = enhance_layout(cfg)
         self._backend: SwapBackend | None = None
+        self._canvases = DetectorCanvases(models.detector) if models.detector is not None else None
+
+    def detector(self, size: int | None = None, *, square: bool = False) -> ScrfdDetector:
+        """The detector at canvas ``size`` (None: the configured one), square with ``square``."""
+        if self._canvases is None:
+            self._canvases = DetectorCanvases(self.models.need_detector())
+        return self._canvases.get(size, square=square)
 
     @property
     def backend(self) -> SwapBackend:
@@ -79,6 +89,11 @@ class Rows:
     ``FrameBatch.faces``; detect and select skip them)."""
     given_found: np.ndarray | None = None
     """Faces found on each given frame (its ``faces_detected``)."""
+    canvases: Sequence[int | None] | None = None
+    """Each frame's detector canvas size (None: the configured one; a live stream's smaller one)."""
+    blends: Sequence[float | None] | None = None
+    """Each frame's enhancer blend (None: that frame is not enhanced); None for all: the config's
+    blend on every frame."""
 
     @classmethod
     def of(cls, n: int, selection: chain.Selection, identities: Mapping[str, SourceIdentity] | None = None,
@@ -88,6 +103,12 @@ class Rows:
 
     def is_given(self, row: int) -> bool:
         return self.given is not None and bool(self.given[row])
+
+    def canvas(self, row: int) -> int | None:
+        return None if self.canvases is None else self.canvases[row]
+
+    def blend(self, row: int, configured: float) -> float | None:
+        return configured if self.blends is None else self.blends[row]
 
 
 StepFn = Callable[[Tools, Rows, FrameBatch], FrameBatch]
@@ -125,8 +146,11 @@ def _unfailed(batch: FrameBatch) -> list[int]:
 def detect_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
     """Every face of the frames not given (their faces come from a tracking read)."""
     todo = [r for r in range(len(batch.frames)) if not rows.is_given(r) and not batch.errors[r]]
-    found = chain.detect_faces(tools.models.need_detector(), batch.frames, batch.errors, todo, rows.selections,
-                               embedder=tools.models.embedder) if todo else {}
+    found: dict[int, list[Face]] = {}
+    for size in dict.fromkeys(rows.canvas(r) for r in todo):  # each detector canvas once
+        found.update(chain.detect_faces(tools.detector(size), batch.frames, batch.errors,
+                                        [r for r in todo if rows.canvas(r) == size], rows.selections,
+                                        embedder=tools.models.embedder))
     detected = np.zeros(len(batch.frames), np.int32)
     if rows.given is not None and rows.given_found is not None:
         detected = np.where(rows.given, np.asarray(rows.given_found, np.int32), 0).astype(np.int32)
@@ -181,14 +205,30 @@ def paste_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
     return replace(batch, frames=frames, faces=faces).counted(faces_swapped=faces.counts(len(frames)))
 
 
+def _blends(tools: Tools, rows: Rows, faces: FaceBatch) -> list[float | None]:
+    """Each face's enhancer blend (its frame's)."""
+    return [rows.blend(int(r), tools.cfg.enhance.blend) for r in faces.frame_index]
+
+
 def enhance_align_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
-    faces = chain.align_for_enhance(batch.frames, batch.faces, tools.enhance_layout, batch.errors)
-    return replace(batch, faces=faces)
+    """The enhancer's crops of the faces of the frames to enhance (the others leave the enhancement)."""
+    faces = batch.faces.take(np.flatnonzero([b is not None for b in _blends(tools, rows, batch.faces)]))
+    return replace(batch, faces=chain.align_for_enhance(batch.frames, faces, tools.enhance_layout, batch.errors))
 
 
 def enhance_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
+    """One enhancer call per distinct blend over the faces of the batch (a face whose frame is not
+    enhanced keeps its crop)."""
     faces = batch.faces.without_frames(_unfailed(batch))
-    return replace(batch, faces=chain.enhance(tools.models.need_enhancer(), faces, tools.cfg.enhance.blend))
+    if not len(faces):
+        return replace(batch, faces=faces)
+    blends = _blends(tools, rows, faces)
+    crops = faces.require_crops()[0].copy()
+    for blend in dict.fromkeys(b for b in blends if b is not None):
+        idx = np.flatnonzero([b == blend for b in blends])
+        enhanced = chain.enhance(tools.models.need_enhancer(), faces.take(idx), blend)
+        crops[idx] = enhanced.require_crops()[0]
+    return replace(batch, faces=faces.with_crops(crops))
 
 
 def enhance_mask_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
@@ -236,6 +276,13 @@ class Chain:
     @property
     def names(self) -> list[str]:
         return [s.name for s in self.steps]
+
+    def split(self, phase: Phase) -> tuple[Chain, Chain]:
+        """The steps up to and including ``phase``, and those after it (run one after the other:
+        the whole chain, in two calls)."""
+        cut = PHASES.index(phase)
+        return (Chain(tuple(s for s in self.steps if PHASES.index(s.phase) <= cut)),
+                Chain(tuple(s for s in self.steps if PHASES.index(s.phase) > cut)))
 
     def components(self, cfg: EngineConfig) -> list[Component]:
         """The model kinds the steps load, each once."""

@@ -3,7 +3,14 @@
 import numpy as np
 import pytest
 
-from fusion_ray.config import EngineConfig, RuntimeConfig, SelectionConfig, SwapConfig
+from fusion_ray.config import (
+    DetectorConfig,
+    EngineConfig,
+    EnhanceConfig,
+    RuntimeConfig,
+    SelectionConfig,
+    SwapConfig,
+)
 from fusion_ray.core import chain
 from fusion_ray.core.frames import FrameChain, FrameJob
 from fusion_ray.engine import Engine
@@ -35,6 +42,29 @@ def test_a_batch_of_frames_equals_the_engine_frame_by_frame(engine, photos):
         assert result.error == "" and np.array_equal(result.frame, expected.frame)
         assert (result.faces_detected, result.faces_swapped) == (expected.faces_detected, expected.faces_swapped)
     assert [d.faces_swapped for d in done][:2] == [1, 1] and done[2].faces_swapped >= 2  # batched: 4+ faces
+
+
+def test_each_frame_has_its_own_enhancement_and_detector_canvas(models_config, photos):
+    """Per-frame rows of the declared chain: a batch mixing enhanced (two blends) and plain frames,
+    and a smaller detector canvas, equals the engine configured for each frame."""
+    cfg = EngineConfig(models=models_config, runtime=RuntimeConfig(providers=["cpu"]),
+                       swap=SwapConfig(swapper="classic"))
+    engine = Engine.load(cfg, components=["detector", "enhancer"], cpu_budget=1)
+    obama = engine.prepare_source([photos["obama"]])
+    jobs = [FrameJob(photos["biden"], "o", obama, chain.Selection("all"), enhance_blend=0.5),
+            FrameJob(photos["obama_and_biden"], "o", obama, chain.Selection("all")),
+            FrameJob(photos["obama_and_biden"], "o", obama, chain.Selection("all"), enhance_blend=1.0),
+            FrameJob(photos["obama_and_biden"], "o", obama, chain.Selection("all"), detector_size=320)]
+    done = FrameChain(engine.cfg, engine.models).run(jobs)
+    for job, result in zip(jobs, done, strict=True):
+        enhance = EnhanceConfig(enabled=job.enhance_blend is not None, blend=job.enhance_blend or 0.8)
+        detector = DetectorConfig(size=job.detector_size or 640)
+        models = engine.models if job.detector_size is None else Engine.load(  # (its detector's canvas)
+            cfg.model_copy(update={"detector": detector}), components=["detector"], cpu_budget=1).models
+        expected = Engine(cfg.model_copy(update={"enhance": enhance}), models).process_frame(job.frame, obama)
+        assert result.error == "" and np.array_equal(result.frame, expected.frame)
+        assert (result.faces_detected, result.faces_swapped) == (expected.faces_detected, expected.faces_swapped)
+    assert not np.array_equal(done[1].frame, done[2].frame)  # the enhancer ran on one of them only
 
 
 def test_a_failed_frame_fails_alone_and_comes_back_unchanged(engine, photos):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import numpy as np
@@ -104,3 +105,45 @@ def test_an_added_mask_step_reaches_the_local_runner(setup, with_shut_step, imag
     assert report.items[0].status == "done" and report.items[0].faces_swapped == 3
     assert np.array_equal(read_image(out).frame, frame)  # swapped, but masked out
     assert "shut" in report.stages
+
+
+def test_an_added_mask_step_reaches_the_live_in_process_backend(setup, with_shut_step):
+    """``fusion-ray live`` without a server: the stream backend over FrameChain, full detection
+    (level 1) and faces followed on crops (level 2, given to the chain)."""
+    from fusion_ray.live.backend import FramePlan
+    from fusion_ray.live.local import EngineBackend
+    from fusion_ray.live.protocol import StartMessage
+
+    cfg, frame, _ = setup
+    backend = EngineBackend(Engine.load(cfg, cpu_budget=1))
+    source = backend.add_source(frame)
+    stream = asyncio.run(backend.open(StartMessage(source_id=source)))
+    detected = stream.process_sync(frame, FramePlan(seq=0, level=1, enhance=False))
+    followed = stream.process_sync(frame, FramePlan(seq=1, level=2, enhance=False, landmarks=detected.landmarks))
+    assert stream.follower.crops  # the second frame's faces were re-detected on crops
+    for done in (detected, followed):
+        assert done.faces_detected == 3 and len(done.landmarks) == 3
+        assert np.array_equal(done.frame, frame)  # swapped, but masked out
+
+
+def test_an_added_mask_step_reaches_the_fused_serve_placement(setup, with_shut_step, models_config):
+    """The fused Serve deployment's batch (its class called in-process: a monkeypatch does not
+    reach a Ray replica); one batch of two frames, one of them enhanced."""
+    from fusion_ray.core import chain
+    from fusion_ray.core.frames import FrameJob
+    from fusion_ray.serve.fused import FusedDeployment
+    from fusion_ray.serve.settings import ServeSettings
+
+    cfg, frame, identity = setup
+    settings = ServeSettings.model_validate({
+        "engine": cfg.model_dump(mode="json"),
+        "deployments": {"fused": {"cpu_budget": 1}, "enhancer_enabled": True}})
+    fused = FusedDeployment.func_or_class(settings)
+    jobs = [FrameJob(frame, "b", identity, chain.Selection("all")),
+            FrameJob(frame, "b", identity, chain.Selection("all"), enhance_blend=1.0)]
+    plain, enhanced = (result["done"] for result in fused._process_batch(jobs))
+    assert plain.error == enhanced.error == "" and plain.faces_swapped == enhanced.faces_swapped == 3
+    assert np.array_equal(plain.frame, frame)  # swapped, but masked out
+    engine = Engine(cfg.model_copy(update={"enhance": EnhanceConfig(enabled=True, blend=1.0)}), fused.models)
+    assert "shut" in engine.chain.names  # the engine's chain with the same step and enhancement
+    assert np.array_equal(enhanced.frame, engine.process_frame(frame, identity).frame)
