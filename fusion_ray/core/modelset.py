@@ -185,12 +185,22 @@ def planned_precision(cfg: EngineConfig, component: Component, name: str,
     (without one, the loader converts a copy: every model has an fp16 form on CUDA)."""
     spec = get_spec(name)
     fp16_present = spec.fp16_form is not None and store.path_for(spec.fp16_form).is_file()
-    providers = resolve_providers(cfg.runtime)
+    providers = _planned_providers(cfg)
     precision = resolve_precision(spec.kind, cfg.models.precision.get(component, "auto"), providers,
                                   has_fp16_form=True, tensorrt_fp16=cfg.runtime.tensorrt_fp16)
     if precision == "fp16" and providers[0] == "cuda" and spec.fp16_form is not None and fp16_present:
         return precision, spec.fp16_form
     return precision, name
+
+
+def _planned_providers(cfg: EngineConfig) -> list[str]:
+    """The providers a model will run on. Configured ones are taken as they are: a job's driver
+    plans for actors whose devices it may not have (a CPU head node of a GPU cluster); the session
+    itself refuses providers its process cannot use."""
+    if cfg.runtime.providers is not None:
+        wanted: list[str] = list(cfg.runtime.providers)
+        return wanted if "cpu" in wanted else [*wanted, "cpu"]
+    return resolve_providers(cfg.runtime)
 
 
 def _needed(model: ModelT | None, component: str) -> ModelT:
