@@ -19,12 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fusion_ray.config import MaskConfig
 from fusion_ray.engine import Engine
 from fusion_ray.imageio import read_image
 from fusion_ray.pipeline.config import JobConfig
 from fusion_ray.pipeline.job import JobItem, plan_job, run_job
 from fusion_ray.video import decode_all, decode_segment, encode_segment, is_video_file
-from tests.runners.conftest import job_config
+from tests.runners.conftest import AREA_AND_MOUTH, job_config
 
 Outputs = dict[str, list[np.ndarray]]
 """Each item's output (by its target's name): its decoded frames."""
@@ -37,13 +38,16 @@ class Case:
     """Keys of the ``runner_media`` fixture."""
     tracking: bool = False
     segment_seconds: float = 0.5
+    masks: MaskConfig | None = None
+    """Masks beyond the box (they need the REAL dlib_68 landmarker: the row skips without it)."""
 
     def config(self, scrfd: Path) -> JobConfig:
-        return job_config(scrfd, tracking=self.tracking, segment_seconds=self.segment_seconds)
+        return job_config(scrfd, tracking=self.tracking, segment_seconds=self.segment_seconds, masks=self.masks)
 
 
 CASES = [Case("photo", ("group",)), Case("video", ("clip",)), Case("dataset", ("image", "clip", "group")),
-         Case("tracked video", ("clip",), tracking=True)]
+         Case("tracked video", ("clip",), tracking=True),
+         Case("photo area and mouth masks", ("group", "image"), masks=AREA_AND_MOUTH)]
 
 
 def _items(case: Case, media: dict[str, Path], out: Path) -> list[JobItem]:
@@ -102,6 +106,9 @@ def _runs(case: Case, runner: str) -> bool:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_every_runner_gives_the_same_pixels(case, runner_media, scrfd_path, tmp_path, request):
+    if case.masks is not None:
+        pytest.importorskip("dlib")
+        pytest.importorskip("face_recognition_models")
     results: dict[str, Outputs] = {}
     for name, run in RUNNERS.items():
         if _runs(case, name):
