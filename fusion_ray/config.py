@@ -195,6 +195,12 @@ class EngineConfig(_Config):
         return {"enabled": value} if isinstance(value, bool) else value
 
     @model_validator(mode="after")
+    def _boost_is_for_models(self) -> EngineConfig:
+        if self.swap.pixel_boost is not None and self.swap.swapper == "classic":
+            raise ValueError("pixel boost is for model swappers; the classic swapper works at classic_crop_size")
+        return self
+
+    @model_validator(mode="after")
     def _points_for_masks(self) -> EngineConfig:
         needs = [n for n, on in (("area masks", "area" in self.masks.types), ("the mouth mask", self.masks.mouth_mask))
                  if on]

@@ -17,6 +17,7 @@ from fusion_ray.core.layout import CropLayout, swap_layout
 from fusion_ray.core.modelset import ModelSet
 from fusion_ray.models.swapper import InswapperSwapper
 from fusion_ray.ops.classic import classic_swap_crop
+from fusion_ray.ops.pixel_boost import boost_factor, boosted_call
 from fusion_ray.types import SourceIdentity
 
 
@@ -54,13 +55,17 @@ class InswapperBackend:
         return self.model.latent(identity.embedding)
 
     def swap(self, crops: np.ndarray, identities: Sequence[SourceIdentity]) -> np.ndarray:
+        """Crops at the model size, or at k x it (pixel boost): then every tile of every face goes
+        to the model in one batched call (:func:`fusion_ray.ops.pixel_boost.boosted_call`)."""
         if len(crops) == 0:
             return crops.copy()
         latent_of: dict[int, np.ndarray] = {}
         for identity in identities:
             if id(identity) not in latent_of:
                 latent_of[id(identity)] = self.latent(identity)
-        return self.model.swap(crops, np.stack([latent_of[id(identity)] for identity in identities]))
+        latents = np.stack([latent_of[id(identity)] for identity in identities])
+        k = boost_factor(crops.shape[1], self.model.spec.crop_size)
+        return self.model.swap(crops, latents) if k == 1 else boosted_call(crops, k, self.model.swap, latents)
 
 
 class ClassicBackend:

@@ -67,3 +67,9 @@ def test_padding_follows_css_order() -> None:
     assert padding_fractions([10]) == (0.1, 0.1, 0.1, 0.1)
     assert padding_fractions([10, 20, 30]) == (0.1, 0.2, 0.3, 0.2)
     assert padding_fractions([10, 20, 30, 40]) == (0.1, 0.2, 0.3, 0.4)
+
+
+def test_pixel_boost_option() -> None:
+    assert _cfg([*SWAP, "--face-swapper-pixel-boost", "512x512"]).swap.pixel_boost == 512
+    with pytest.raises(ConfigError, match="classic"):
+        _cfg([*SWAP, "--swapper", "classic", "--face-swapper-pixel-boost", "256x256"])
