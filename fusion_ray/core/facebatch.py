@@ -31,6 +31,8 @@ MASK_COLUMN = "face_mask"
 """The per-row column of the faces' masks (only while a FaceBatch has masks)."""
 LANDMARKS_68_COLUMN = "face_landmarks_68"
 """The per-row column of the faces' 68 points (only while a FaceBatch has them)."""
+EMBEDDING_COLUMN = "face_embedding"
+"""The per-row column of the target faces' embeddings (only while a FaceBatch has them)."""
 _OPTIONAL = ("crop", "affine_matrix", "embedding", "mask", "landmarks_68")
 
 _CORE = ("frame_index", "bbox_xyxy", "landmarks_5", "score", "source_id", "track_id")
@@ -200,6 +202,8 @@ class FaceBatch:
             arrays[MASK_COLUMN] = ordered.mask
         if ordered.landmarks_68 is not None:
             arrays[LANDMARKS_68_COLUMN] = ordered.landmarks_68
+        if ordered.embedding is not None:
+            arrays[EMBEDDING_COLUMN] = ordered.embedding
         return {name: per_row([array[bounds[r]:bounds[r + 1]] for r in range(num_frames)])
                 for name, array in arrays.items()}
 
@@ -225,9 +229,13 @@ class FaceBatch:
             size = next(np.asarray(batch[MASK_COLUMN][r]).shape[1] for r in range(rows) if counts[r])
             mask = cat(MASK_COLUMN, (size, size), np.float32)
         points_68 = cat(LANDMARKS_68_COLUMN, (68, 2), np.float32) if LANDMARKS_68_COLUMN in batch else None
+        embedding = None
+        if EMBEDDING_COLUMN in batch:
+            width = next(np.asarray(batch[EMBEDDING_COLUMN][r]).shape[1] for r in range(rows) if counts[r])
+            embedding = cat(EMBEDDING_COLUMN, (width,), np.float32)
         return cls(frame_index, cat("face_bbox", (4,), np.float32), cat("face_landmarks", (5, 2), np.float32),
                    cat("face_score", (), np.float32), ids, cat("face_track", (), np.int64), crop, affine,
-                   mask=mask, landmarks_68=points_68)
+                   embedding=embedding, mask=mask, landmarks_68=points_68)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import numpy as np
 
 from fusion_ray.core.chain import guarded
 from fusion_ray.core.facebatch import FaceBatch, FrameBatch
+from fusion_ray.core.layout import CropLayout, align_crops
 from fusion_ray.models.landmarker import Landmarks68
 from fusion_ray.ops.face_masks import area_masks, mouth_paste_masks, points_in_crops
 from fusion_ray.ops.landmarks import alignment_points
@@ -71,6 +72,21 @@ def _landmarks(tools: Tools, batch: FrameBatch) -> dict[int, Landmarks68]:
         return found
     return {row: Landmarks68(every.points[faces.frame_index == row], every.scores[faces.frame_index == row])
             for row in rows}
+
+
+def target_embed_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
+    """The target faces' embeddings (all faces in one embedder call), for the swapper weight;
+    faces that already have theirs (reference selection) keep them."""
+    faces = batch.faces
+    if not len(faces) or faces.embedding is not None:
+        return batch
+    embedder = tools.models.need_embedder()
+    layout = CropLayout(embedder.template, embedder.crop_size, np.ones((embedder.crop_size,) * 2, np.float32))
+    crops = np.zeros((len(faces), embedder.crop_size, embedder.crop_size, 3), np.uint8)
+    for row in sorted(set(faces.frame_index.tolist())):
+        idx = np.flatnonzero(faces.frame_index == row)
+        crops[idx] = align_crops(batch.frames[row], faces.landmarks_5[idx], layout)[0]
+    return replace(batch, faces=replace(faces, embedding=embedder.embed_crops(crops)))
 
 
 def _crop_points(faces: FaceBatch) -> tuple[int, np.ndarray]:

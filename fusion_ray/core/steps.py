@@ -40,6 +40,7 @@ from fusion_ray.core.quality_steps import (
     mouth_mask_step,
     occlusion_mask_step,
     region_mask_step,
+    target_embed_step,
 )
 from fusion_ray.core.swapper import SwapBackend, swap_backend
 from fusion_ray.types import SourceIdentity
@@ -211,6 +212,11 @@ def _enhancing(cfg: EngineConfig) -> bool:
     return cfg.enhance.enabled
 
 
+def _weighting(cfg: EngineConfig) -> bool:
+    """The swapper weight moves the source towards (or away from) each target face's identity."""
+    return cfg.swap.swapper == "inswapper" and cfg.swap.weight != 0.5
+
+
 STEPS: tuple[Step, ...] = (
     Step("detect", "detect", detect_step, ("frame",), ("faces", "faces_detected"), model="detector"),
     Step("select", "select", select_step, ("faces",), ("faces",)),
@@ -233,6 +239,8 @@ STEPS: tuple[Step, ...] = (
          enabled=lambda cfg: cfg.masks.mouth_mask),
     Step("occlusion_mask", "target_mask", occlusion_mask_step, ("crops",), ("masks",), model="occluder",
          wants_gpu=True, enabled=lambda cfg: "occlusion" in cfg.masks.types),
+    Step("target_embed", "align", target_embed_step, ("frame", "faces"), ("faces",), model="embedder",
+         wants_gpu=True, enabled=_weighting),
     Step("region_mask", "swapped_mask", region_mask_step, ("crops",), ("masks",), model="parser", wants_gpu=True,
          enabled=lambda cfg: "region" in cfg.masks.types),
 )

@@ -32,6 +32,7 @@ import numpy as np
 from fusion_ray.config import EngineConfig
 from fusion_ray.core import chain
 from fusion_ray.core.facebatch import (
+    EMBEDDING_COLUMN,
     FACE_COLUMNS,
     LANDMARKS_68_COLUMN,
     MASK_COLUMN,
@@ -233,10 +234,10 @@ class ChainStage(Stage):
             consumes += ["tracked", "faces_found", *READ_FACE_COLUMNS]
         self.consumes = tuple(dict.fromkeys(consumes))
         self.counters = tuple(c for c in _COUNTERS if c in writes)
-        faces_out = (*FACE_COLUMNS, MASK_COLUMN, LANDMARKS_68_COLUMN) if self.emits_faces else ()
+        faces_out = (*FACE_COLUMNS, MASK_COLUMN, LANDMARKS_68_COLUMN, EMBEDDING_COLUMN) if self.emits_faces else ()
         self.produces = (*(("frame",) if "frame" in writes else ()), *self.counters, *faces_out)
         handles_faces = bool((reads | writes) & _FACE_FIELDS) or self.tracked
-        retired = (*FACE_COLUMNS, MASK_COLUMN, LANDMARKS_68_COLUMN) if handles_faces else ()
+        retired = (*FACE_COLUMNS, MASK_COLUMN, LANDMARKS_68_COLUMN, EMBEDDING_COLUMN) if handles_faces else ()
         self.retires = (*retired, *(("tracked", "faces_found") if self.tracked else ()))
         super().__init__(_threads(cpu_budget))
 

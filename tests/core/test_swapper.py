@@ -66,3 +66,26 @@ def test_a_boosted_frame_swaps_through_the_chain(models_config, images_dir) -> N
         assert result.faces_swapped == 3
         results.append(result.frame)
     assert not np.array_equal(results[0], results[1]) and not np.array_equal(results[1], frame)
+
+
+def test_the_swapper_weight_balances_each_face_against_its_own(models_config, images_dir) -> None:  # type: ignore[no-untyped-def]
+    from fusion_ray.core.steps import Chain
+    from fusion_ray.ops.source_weight import balance_embedding
+
+    frame = read_image(images_dir / "obama_and_biden.jpg").frame
+    source = read_image(images_dir / "biden.jpg").frame
+    assert "target_embed" not in Chain.of(_cfg(models_config, None)).names  # 0.5: the source unchanged
+    weighted = EngineConfig(models=models_config, runtime=CPU, swap=SwapConfig(weight=0.0))
+    assert Chain.of(weighted).names.index("target_embed") == Chain.of(weighted).names.index("align") + 1
+    engine = Engine.load(weighted, cpu_budget=1)
+    identity = engine.prepare_source([source])
+    backend = engine.backend
+    assert isinstance(backend, InswapperBackend)
+    targets = np.random.default_rng(1).normal(size=(2, 512)).astype(np.float32)
+    latents = backend.balanced_latents([identity, identity], targets)
+    assert identity.embedding is not None
+    assert np.allclose(latents[1], backend.model.latent(balance_embedding(identity.embedding, targets[1], 0.0)))
+    assert not np.allclose(latents[0], backend.latent(identity))
+    plain = Engine.load(_cfg(models_config, None), cpu_budget=1)
+    assert not np.array_equal(engine.process_frame(frame, identity).frame,
+                              plain.process_frame(frame, plain.prepare_source([source])).frame)
