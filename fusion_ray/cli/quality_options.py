@@ -12,7 +12,7 @@ import argparse
 from typing import Any
 
 from fusion_ray.config import MASK_AREAS, MASK_REGIONS
-from fusion_ray.errors import ConfigError
+from fusion_ray.facefusion_options import FACEFUSION_OPTIONS, apply_facefusion_options
 
 MASK_TYPES = ("box", "occlusion", "area", "region")
 OCCLUDER_MODELS = ("xseg_1", "xseg_2", "xseg_3")
@@ -66,42 +66,6 @@ def add_quality_arguments(parser: argparse.ArgumentParser) -> None:
                        help="keep the target's own mouth over the swap (needs a face landmarker)")
 
 
-def padding_fractions(values: list[int]) -> tuple[float, float, float, float]:
-    """FaceFusion's 1-4 padding percentages (CSS order) as (top, right, bottom, left) fractions."""
-    if not 1 <= len(values) <= 4 or any(not 0 <= v <= 100 for v in values):
-        raise ConfigError(f"--face-mask-padding expects 1 to 4 percentages in [0, 100], got {values}")
-    full = [*values, *values, *values, *values] if len(values) < 3 else [*values, values[1]]
-    top, right, bottom, left = full[:4]
-    return top / 100, right / 100, bottom / 100, left / 100
-
-
 def apply_quality_arguments(args: argparse.Namespace, data: dict[str, Any]) -> None:
     """Overlay the FaceFusion options that were given on ``data`` (an EngineConfig dump)."""
-    masks, swap, enhance = data["masks"], data["swap"], data["enhance"]
-    for option, key in (("face_mask_types", "types"), ("face_mask_areas", "areas"),
-                        ("face_mask_regions", "regions"), ("face_occluder_model", "occluder_model"),
-                        ("face_parser_model", "parser_model"), ("mouth_mask", "mouth_mask")):
-        if getattr(args, option, None) is not None:
-            masks[key] = getattr(args, option)
-    if getattr(args, "face_mask_blur", None) is not None:
-        swap["mask_blur"] = args.face_mask_blur
-    if getattr(args, "face_mask_padding", None) is not None:
-        swap["mask_padding"] = padding_fractions(args.face_mask_padding)
-    if getattr(args, "face_landmarker_model", None) is not None:
-        data["landmarker"]["model"] = args.face_landmarker_model
-    if getattr(args, "face_landmarker_score", None) is not None:
-        data["landmarker"]["score"] = args.face_landmarker_score
-    if getattr(args, "face_swapper_model", None) is not None:
-        data["models"]["swapper"] = args.face_swapper_model
-        swap["swapper"] = "inswapper"
-    if getattr(args, "face_swapper_pixel_boost", None) is not None:
-        swap["pixel_boost"] = int(args.face_swapper_pixel_boost.partition("x")[0])
-    if getattr(args, "face_swapper_weight", None) is not None:
-        swap["weight"] = args.face_swapper_weight
-    if getattr(args, "face_enhancer_model", None) is not None:
-        data["models"]["enhancer"] = args.face_enhancer_model
-        enhance["enabled"] = True
-    if getattr(args, "face_enhancer_blend", None) is not None:
-        enhance.update(enabled=True, blend=args.face_enhancer_blend / 100)
-    if getattr(args, "face_enhancer_weight", None) is not None:
-        enhance["weight"] = args.face_enhancer_weight
+    apply_facefusion_options({key: getattr(args, key, None) for key in FACEFUSION_OPTIONS}, data)

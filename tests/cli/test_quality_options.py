@@ -6,7 +6,6 @@ import pytest
 
 from fusion_ray.cli import build_parser
 from fusion_ray.cli.common import engine_config_from_args
-from fusion_ray.cli.quality_options import padding_fractions
 from fusion_ray.config import EngineConfig
 from fusion_ray.errors import ConfigError
 
@@ -59,14 +58,6 @@ def test_wrong_values_are_refused() -> None:
         _cfg([*SWAP, "--face-mask-types", "area"])
     with pytest.raises(ConfigError, match="need 68 points"):
         _cfg([*SWAP, "--mouth-mask"])
-    with pytest.raises(ConfigError, match="1 to 4"):
-        padding_fractions([1, 2, 3, 4, 5])
-
-
-def test_padding_follows_css_order() -> None:
-    assert padding_fractions([10]) == (0.1, 0.1, 0.1, 0.1)
-    assert padding_fractions([10, 20, 30]) == (0.1, 0.2, 0.3, 0.2)
-    assert padding_fractions([10, 20, 30, 40]) == (0.1, 0.2, 0.3, 0.4)
 
 
 def test_pixel_boost_option() -> None:
