@@ -101,6 +101,8 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         data["detector"]["size"] = args.detector_size
     if getattr(args, "tracking", None) is False:
         data["tracking"]["enabled"] = False
+    if args.swapper == "classic" and getattr(args, "face_swapper_model", None):
+        raise ConfigError(f"--swapper classic and --face-swapper-model {args.face_swapper_model}: choose one")
     apply_quality_arguments(args, data)
     return parse_config(data, EngineConfig, source="options")
 

@@ -12,8 +12,9 @@ each step runs: adding a per-face step is one :class:`Step` in :data:`STEPS` (it
 its model wrapper, one config field in ``enabled``), with no runner touched.
 
 Per-face masks: a mask step adds its mask to the faces (``FaceBatch.with_mask``, combined by
-element-wise minimum); paste blends through the result. Today the only masks are the crop
-layouts' box masks (the swap's and the enhancer's), added after the crop they apply to.
+element-wise minimum); paste blends through the result: the crop layouts' box masks (the swap's
+and the enhancer's) and issue 18's area, mouth, occlusion and region masks
+(:mod:`fusion_ray.core.quality_steps`, with the 68-point ``landmark`` step they read).
 
 ``Rows`` are what the steps read per frame and never change: each frame's selection and source
 id, the identities, and the frames whose faces were decided before the chain (a tracking read:

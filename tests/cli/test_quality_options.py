@@ -64,3 +64,8 @@ def test_pixel_boost_option() -> None:
     assert _cfg([*SWAP, "--face-swapper-pixel-boost", "512x512"]).swap.pixel_boost == 512
     with pytest.raises(ConfigError, match="classic"):
         _cfg([*SWAP, "--swapper", "classic", "--face-swapper-pixel-boost", "256x256"])
+
+
+def test_classic_and_a_swap_model_conflict() -> None:
+    with pytest.raises(ConfigError, match="choose one"):
+        _cfg([*SWAP, "--swapper", "classic", "--face-swapper-model", "inswapper_128"])
