@@ -20,7 +20,12 @@ from fusion_ray.models.detector import ScrfdDetector
 from fusion_ray.models.embedder import ArcFaceEmbedder
 from fusion_ray.models.enhancer import GfpganEnhancer
 from fusion_ray.models.fp16 import fp16_copy
-from fusion_ray.models.landmarker import Dlib68Landmarker, Fan68Landmarker, dlib_68_path
+from fusion_ray.models.landmarker import (
+    Dlib68Landmarker,
+    Fan68Landmarker,
+    check_dlib_68,
+    dlib_68_path,
+)
 from fusion_ray.models.maskers import BisenetParser, XsegOccluder
 from fusion_ray.models.precision import Int8Request, detector_int8, resolve_precision
 from fusion_ray.models.quantize import Progress
@@ -275,6 +280,8 @@ def inspect_models(cfg: EngineConfig, components: Iterable[Component] | None = N
         "swapper": cfg.models.swapper if cfg.swap.swapper == "inswapper" else None}
     names.update(mask_model_names(cfg))
     info: dict[str, ModelInfo] = {}
+    if "landmarker" in wanted and cfg.landmarker.model == "dlib_68":
+        info["dlib_68"] = ModelInfo("dlib_68", str(check_dlib_68()), "package", ("dlib",), False)
     for component, name in names.items():
         if component in wanted and name is not None:
             located, path, precision = model_file(cfg, component, name, store, convert_fp16=False)

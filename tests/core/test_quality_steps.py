@@ -195,3 +195,17 @@ def test_a_missing_mask_model_is_one_line_naming_the_file_and_the_download(model
         ModelSet.load(cfg, ["occluder"])
     message = str(caught.value)
     assert "\n" not in message and "xseg_1.onnx" in message and "fusion-ray models download xseg_1" in message
+
+
+def test_without_dlib_a_job_fails_at_planning_naming_the_pip_command(models_config, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import sys
+
+    from fusion_ray.core.modelset import inspect_models
+
+    cfg = EngineConfig(models=models_config, runtime=CPU, swap=CLASSIC, landmarker=DLIB)
+    monkeypatch.setitem(sys.modules, "dlib", None)  # as if the dlib-bin wheel were not installed
+    with pytest.raises(ModelMissingError) as caught:
+        inspect_models(cfg)
+    assert "\n" not in str(caught.value) and "pip install 'fusion-ray[landmarks]'" in str(caught.value)
+    with pytest.raises(ModelMissingError, match="dlib-bin"):
+        ModelSet.load(cfg, ["landmarker"])
