@@ -33,6 +33,9 @@ LANDMARKS_68_COLUMN = "face_landmarks_68"
 """The per-row column of the faces' 68 points (only while a FaceBatch has them)."""
 EMBEDDING_COLUMN = "face_embedding"
 """The per-row column of the target faces' embeddings (only while a FaceBatch has them)."""
+EXTRA_COLUMNS = (MASK_COLUMN, LANDMARKS_68_COLUMN, EMBEDDING_COLUMN)
+"""The per-row columns a FaceBatch adds while it has those arrays (a runner passes them on with
+:data:`FACE_COLUMNS` without naming each)."""
 _OPTIONAL = ("crop", "affine_matrix", "embedding", "mask", "landmarks_68")
 
 _CORE = ("frame_index", "bbox_xyxy", "landmarks_5", "score", "source_id", "track_id")
