@@ -107,9 +107,15 @@ class SelectionConfig(_Config):
 
 
 class SwapConfig(_Config):
-    """The swapper and how its output is blended back."""
+    """The swapper and how its output is blended back (the box mask's padding and blur: FaceFusion's
+    ``--face-mask-padding`` / ``--face-mask-blur``)."""
 
     swapper: Literal["inswapper", "classic"] = "inswapper"
+    weight: float = Field(default=0.5, ge=0.0, le=1.0, description="FaceFusion's --face-swapper-weight: "
+                          "the balance of the source embedding against the target's (0.5 by default).")
+    pixel_boost: int | None = Field(
+        default=None, ge=128, le=1024, description="FaceFusion's --face-swapper-pixel-boost in pixels (128 to 1024, a multiple "
+        "of the model's size); None: the model's own size.")
     mask_padding: tuple[float, float, float, float] = Field(
         default=(0.0, 0.0, 0.0, 0.0), description="Box mask padding (top, right, bottom, left), fractions.")
     mask_blur: float = Field(default=0.3, ge=0.0, le=1.0, description="Box mask feather, fraction of half the crop.")
@@ -122,6 +128,47 @@ class EnhanceConfig(_Config):
 
     enabled: bool = False
     blend: float = Field(default=0.8, ge=0.0, le=1.0, description="Share of the enhanced face in the result.")
+    weight: float = Field(default=0.5, ge=0.0, le=1.0, description="FaceFusion's --face-enhancer-weight: "
+                          "the value of the enhancer's optional 'weight' input.")
+
+
+MaskType = Literal["box", "occlusion", "area", "region"]
+MaskArea = Literal["upper-face", "lower-face", "mouth"]
+MaskRegion = Literal["skin", "left-eyebrow", "right-eyebrow", "left-eye", "right-eye", "glasses", "nose", "mouth",
+                     "upper-lip", "lower-lip"]
+MASK_AREAS: tuple[MaskArea, ...] = ("upper-face", "lower-face", "mouth")
+MASK_REGIONS: tuple[MaskRegion, ...] = ("skin", "left-eyebrow", "right-eyebrow", "left-eye", "right-eye", "glasses",
+                                        "nose", "mouth", "upper-lip", "lower-lip")
+
+
+def _box_only() -> list[MaskType]:
+    return ["box"]
+
+
+class MaskConfig(_Config):
+    """FaceFusion's face masks (``--face-mask-*``) and Deep-Live-Cam's mouth mask; a face is pasted
+    through the element-wise minimum of every mask it gets."""
+
+    types: list[MaskType] = Field(default_factory=_box_only, min_length=1,
+                                  description="--face-mask-types: box, occlusion, area, region.")
+    areas: list[MaskArea] = Field(default_factory=lambda: list(MASK_AREAS), min_length=1,
+                                  description="--face-mask-areas (mask type 'area', needs 68 points).")
+    regions: list[MaskRegion] = Field(default_factory=lambda: list(MASK_REGIONS), min_length=1,
+                                      description="--face-mask-regions (mask type 'region').")
+    occluder_model: Literal["xseg_1", "xseg_2", "xseg_3"] = "xseg_1"
+    parser_model: Literal["bisenet_resnet_18", "bisenet_resnet_34"] = "bisenet_resnet_34"
+    mouth_mask: bool = Field(default=False, description="Keep the target's own mouth over the swap "
+                             "(Deep-Live-Cam's mouth mask; needs 68 points).")
+
+
+class LandmarkerConfig(_Config):
+    """The 68-point landmarker (FaceFusion's ``--face-landmarker-*``)."""
+
+    model: Literal["none", "2dfan4", "dlib_68"] = Field(
+        default="none", description="none: the detector's 5 points only; 2dfan4 (ONNX) or dlib_68 (dlib's "
+        "shape predictor, the 'landmarks' extra). Area masks and the mouth mask need one.")
+    score: float = Field(default=0.5, ge=0.0, le=1.0, description="--face-landmarker-score: over it, the 5 "
+                         "alignment points come from the 68.")
 
 
 class EngineConfig(_Config):
@@ -133,6 +180,8 @@ class EngineConfig(_Config):
     selection: SelectionConfig = SelectionConfig()
     swap: SwapConfig = SwapConfig()
     enhance: EnhanceConfig = EnhanceConfig()
+    masks: MaskConfig = MaskConfig()
+    landmarker: LandmarkerConfig = LandmarkerConfig()
     tracking: TrackingConfig = Field(
         default=TrackingConfig(), description="Face tracking through videos (Ray Data jobs); images never "
         "track. 'on' / 'off' (or true / false) stand for the defaults with tracking enabled or not.")
@@ -144,6 +193,21 @@ class EngineConfig(_Config):
         if isinstance(value, str) and value.strip().lower() in ("on", "off"):
             value = value.strip().lower() == "on"
         return {"enabled": value} if isinstance(value, bool) else value
+
+    @model_validator(mode="after")
+    def _boost_is_for_models(self) -> EngineConfig:
+        if self.swap.pixel_boost is not None and self.swap.swapper == "classic":
+            raise ValueError("pixel boost is for model swappers; the classic swapper works at classic_crop_size")
+        return self
+
+    @model_validator(mode="after")
+    def _points_for_masks(self) -> EngineConfig:
+        needs = [n for n, on in (("area masks", "area" in self.masks.types), ("the mouth mask", self.masks.mouth_mask))
+                 if on]
+        if needs and self.landmarker.model == "none":
+            raise ValueError(f"{' and '.join(needs)} need 68 points: choose a face landmarker model "
+                             "(--face-landmarker-model dlib_68 or 2dfan4)")
+        return self
 
     def in_ray_actor(self, gets_gpu: bool) -> EngineConfig:
         """This config as seen from a Ray actor (a pipeline stage or a Serve replica).

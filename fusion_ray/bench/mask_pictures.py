@@ -1,8 +1,9 @@
 """The README's mask pictures: box, area and mouth masks on a real photo, with the real dlib_68
 landmarker and the classic swapper (the one real swap here; no stand-in is involved).
 
-Made with the ops directly (detect, 68 points, align, classic swap, paste), not through the
-chain: once the masks are steps of the chain, ``fusion-ray swap`` makes the same pictures.
+``masks.png`` (each mask over the target crop) is drawn with the ops; ``swaps.png`` is made by
+the chain itself (:class:`fusion_ray.engine.Engine`, as ``fusion-ray swap --swapper classic
+--face-landmarker-model dlib_68 --face-mask-types ...`` runs it).
 """
 
 from __future__ import annotations
@@ -14,14 +15,22 @@ import cv2
 import numpy as np
 import onnxruntime as ort
 
-from fusion_ray.config import DetectorConfig
+from fusion_ray.config import (
+    DetectorConfig,
+    EngineConfig,
+    LandmarkerConfig,
+    MaskConfig,
+    ModelsConfig,
+    RuntimeConfig,
+    SwapConfig,
+)
+from fusion_ray.engine import Engine
 from fusion_ray.errors import NoFaceError
 from fusion_ray.imageio import read_image
 from fusion_ray.models.detector import ScrfdDetector
 from fusion_ray.models.landmarker import Dlib68Landmarker
 from fusion_ray.models.registry import get_spec
 from fusion_ray.ops.align import align_face, transform_points
-from fusion_ray.ops.classic import classic_face_mask, classic_swap_crop
 from fusion_ray.ops.face_masks import (
     area_mask,
     box_mask_percent,
@@ -30,7 +39,7 @@ from fusion_ray.ops.face_masks import (
     without,
 )
 from fusion_ray.ops.landmarks import alignment_points
-from fusion_ray.ops.paste import crop_roi, paste_back
+from fusion_ray.ops.paste import crop_roi
 from fusion_ray.types import Face, Frame, Mask
 
 TEMPLATE = "arcface_128"
@@ -89,23 +98,47 @@ def _label(image: np.ndarray, text: str) -> np.ndarray:
     return out
 
 
+CHAIN_MASKS: dict[str, MaskConfig] = {
+    "box": MaskConfig(types=["box"]),
+    "area": MaskConfig(types=["box", "area"]),
+    "lower-face": MaskConfig(types=["box", "area"], areas=["lower-face"]),
+    "mouth mask": MaskConfig(types=["box"], mouth_mask=True),
+}
+"""The swaps.png panels: ``--face-mask-types`` / ``--face-mask-areas`` / ``--mouth-mask`` of each."""
+
+
+def chain_swaps(target_path: Path, source_path: Path, scrfd_path: Path, around: np.ndarray,
+                panel: int) -> list[np.ndarray]:
+    """The target and its classic swap through the chain with each of :data:`CHAIN_MASKS` (REAL
+    dlib_68 landmarker, REAL SCRFD detector), cut at ``around`` (x0, y0, x1, y1)."""
+    target = read_image(target_path).frame
+    x0, y0, x1, y1 = (int(v) for v in around)
+    panels = [_label(cv2.resize(target[y0:y1, x0:x1], (panel, panel), interpolation=cv2.INTER_AREA), "target")]
+    for name, masks in CHAIN_MASKS.items():
+        cfg = EngineConfig(models=ModelsConfig(paths={"scrfd_2.5g": scrfd_path}),
+                           runtime=RuntimeConfig(providers=["cpu"]), swap=SwapConfig(swapper="classic"),
+                           landmarker=LandmarkerConfig(model="dlib_68"), masks=masks)
+        engine = Engine.load(cfg, cpu_budget=1)
+        out = engine.process_frame(target, engine.prepare_source([read_image(source_path).frame])).frame
+        panels.append(_label(cv2.resize(out[y0:y1, x0:x1], (panel, panel), interpolation=cv2.INTER_AREA), name))
+    return panels
+
+
 def make_pictures(target_path: Path, source_path: Path, scrfd_path: Path, out_dir: Path, *,
                   size: int = 256, panel: int = 200) -> list[Path]:
     """Write ``masks.png`` (each mask over the target crop, 68 points in red) and ``swaps.png``
-    (the classic swap pasted through each mask, around the face) into ``out_dir``."""
+    (the classic swap through the chain with each mask, around the face) into ``out_dir``."""
     session = ort.InferenceSession(str(scrfd_path), providers=["CPUExecutionProvider"])
     detector = ScrfdDetector(session, get_spec("scrfd_2.5g"), DetectorConfig())
     landmarker = Dlib68Landmarker()
     target = face_crop(detector, landmarker, target_path, size)
-    source = face_crop(detector, landmarker, source_path, size)
-    swapped = classic_swap_crop(source.crop, target.crop, classic_face_mask(size))
     roi = crop_roi(target.matrix, size, target.frame.shape[:2], margin=0)
-    mask_panels, swap_panels = [], []
+    mask_panels = []
     for name, mask in picture_masks(target).items():
         shown = _overlay(target.crop, mask, target.points_in_crop)
         mask_panels.append(_label(cv2.resize(shown, (panel, panel), interpolation=cv2.INTER_AREA), f"{name} mask"))
-        pasted = paste_back(target.frame, swapped, target.matrix, mask)[roi.y0:roi.y1, roi.x0:roi.x1]
-        swap_panels.append(_label(cv2.resize(pasted, (panel, panel), interpolation=cv2.INTER_AREA), name))
+    swap_panels = chain_swaps(target_path, source_path, scrfd_path, np.array([roi.x0, roi.y0, roi.x1, roi.y1]),
+                              panel)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for file_name, panels in (("masks.png", mask_panels), ("swaps.png", swap_panels)):

@@ -1,4 +1,4 @@
-"""``fusion-ray bench-pixel-boost | bench-masks | bench-mask-pictures``: issue 18's building blocks (no Ray).
+"""``fusion-ray bench-pixel-boost | bench-masks | bench-mask-pictures | bench-mask-chain``: issue 18's building blocks (no Ray).
 
 Each prints one JSON line per measurement (:mod:`fusion_ray.bench.quality`).
 """
@@ -34,6 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pictures.add_argument("--detector", type=Path, required=True, help="the SCRFD 2.5g ONNX file")
     pictures.add_argument("--out", type=Path, required=True, help="folder for masks.png and swaps.png")
     pictures.set_defaults(run=run_mask_pictures)
+    text = ("the mask steps through the chain: box alone, + area + mouth (real dlib_68), + occlusion + region "
+            "(STAND-INS), each step's ms per frame")
+    chain = sub.add_parser("bench-mask-chain", help=text, description=text + ".")
+    chain.add_argument("--target", type=Path, required=True)
+    chain.add_argument("--source", type=Path, required=True)
+    chain.add_argument("--detector", type=Path, required=True, help="the SCRFD 2.5g ONNX file")
+    chain.add_argument("--repeats", type=int, default=5)
+    chain.set_defaults(run=run_mask_chain)
 
 
 def run_pixel_boost(args: argparse.Namespace) -> int:
@@ -51,6 +59,14 @@ def run_masks(args: argparse.Namespace) -> int:
     from fusion_ray.bench.quality import mask_bench
 
     for row in mask_bench(crop_size=args.crop, repeats=args.repeats):
+        print(json.dumps(row))
+    return 0
+
+
+def run_mask_chain(args: argparse.Namespace) -> int:
+    from fusion_ray.bench.mask_chain import mask_chain_bench
+
+    for row in mask_chain_bench(args.target, args.source, args.detector, args.repeats):
         print(json.dumps(row))
     return 0
 

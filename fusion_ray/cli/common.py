@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from fusion_ray.cli.quality_options import add_quality_arguments, apply_quality_arguments
 from fusion_ray.config import EngineConfig, load_yaml_config, parse_config
 from fusion_ray.errors import ConfigError
 
@@ -13,13 +14,14 @@ from fusion_ray.errors import ConfigError
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("engine")
     group.add_argument("--config", type=Path, help="YAML file with an 'engine' section (command-line options win)")
-    group.add_argument("--swapper", choices=["inswapper", "classic"], help="face swapper (default: inswapper)")
+    group.add_argument("--swapper", choices=["inswapper", "classic"], help="face swapper (default: inswapper; alias of --face-swapper-model, plus classic)")
     group.add_argument("--select", dest="selection", choices=["all", "largest", "index", "reference"],
                        help="which target faces to swap (default: all)")
     group.add_argument("--face-index", type=int, help="face index in reading order for --select index")
     group.add_argument("--reference", type=Path, help="image of the face to swap, for --select reference")
     group.add_argument("--enhance", nargs="?", type=float, const=0.8, metavar="BLEND",
-                       help="enhance swapped faces with GFPGAN; BLEND is the enhanced share (default 0.8)")
+                       help="enhance swapped faces with GFPGAN; BLEND is the enhanced share (default 0.8; alias of "
+                       "--face-enhancer-blend in percent)")
     group.add_argument("--poisson", action="store_true", help="classic swapper: Poisson blending")
     group.add_argument("--models-dir", type=Path, help="model directory (default: $FUSION_RAY_MODELS or the user cache)")
     group.add_argument("--model", action="append", default=[], metavar="NAME=PATH",
@@ -31,6 +33,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--detector-size", type=int, help="detector input size, a multiple of 32 (default 640)")
     group.add_argument("--no-tracking", dest="tracking", action="store_false", default=None,
                        help="videos: detect faces on every frame instead of tracking them (images never track)")
+    add_quality_arguments(parser)
 
 
 def parse_model_paths(items: list[str]) -> dict[str, Path]:
@@ -98,6 +101,9 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         data["detector"]["size"] = args.detector_size
     if getattr(args, "tracking", None) is False:
         data["tracking"]["enabled"] = False
+    if args.swapper == "classic" and getattr(args, "face_swapper_model", None):
+        raise ConfigError(f"--swapper classic and --face-swapper-model {args.face_swapper_model}: choose one")
+    apply_quality_arguments(args, data)
     return parse_config(data, EngineConfig, source="options")
 
 

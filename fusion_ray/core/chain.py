@@ -181,7 +181,7 @@ def swap(backend: SwapBackend, faces: FaceBatch, identities: Mapping[str, Source
     if not len(kept):
         return kept
     crops, _ = kept.require_crops()
-    return kept.with_crops(backend.swap(crops, rows))
+    return kept.with_crops(backend.swap(crops, rows, kept.embedding))
 
 
 def paste(frames: Sequence[Frame], faces: FaceBatch, layout: CropLayout, errors: list[str],

@@ -29,7 +29,14 @@ FACE_COLUMNS = ("face_bbox", "face_landmarks", "face_score", "face_track", "face
 """Per-row Ray Data columns of a FaceBatch (``face_crop``/``face_affine`` only once cropped)."""
 MASK_COLUMN = "face_mask"
 """The per-row column of the faces' masks (only while a FaceBatch has masks)."""
-_OPTIONAL = ("crop", "affine_matrix", "embedding", "mask")
+LANDMARKS_68_COLUMN = "face_landmarks_68"
+"""The per-row column of the faces' 68 points (only while a FaceBatch has them)."""
+EMBEDDING_COLUMN = "face_embedding"
+"""The per-row column of the target faces' embeddings (only while a FaceBatch has them)."""
+EXTRA_COLUMNS = (MASK_COLUMN, LANDMARKS_68_COLUMN, EMBEDDING_COLUMN)
+"""The per-row columns a FaceBatch adds while it has those arrays (a runner passes them on with
+:data:`FACE_COLUMNS` without naming each)."""
+_OPTIONAL = ("crop", "affine_matrix", "embedding", "mask", "landmarks_68")
 
 _CORE = ("frame_index", "bbox_xyxy", "landmarks_5", "score", "source_id", "track_id")
 
@@ -56,6 +63,8 @@ class FaceBatch:
     affine_matrix: npt.NDArray[np.float64] | None = None
     embedding: npt.NDArray[np.float32] | None = None
     mask: npt.NDArray[np.float32] | None = None
+    landmarks_68: npt.NDArray[np.float32] | None = None
+    """(N, 68, 2) frame pixels, from a 68-point landmark step (area and mouth masks read them)."""
 
     def __post_init__(self) -> None:
         n = len(np.asarray(self.frame_index).reshape(-1))
@@ -67,6 +76,7 @@ class FaceBatch:
         optional: dict[str, tuple[tuple[int | None, ...], type]] = {
             "crop": ((n, None, None, 3), np.uint8), "affine_matrix": ((n, 2, 3), np.float64),
             "embedding": ((n, None), np.float32), "mask": ((n, None, None), np.float32),
+            "landmarks_68": ((n, 68, 2), np.float32),
         }
         for name, (shape, dtype) in {**checks, **optional}.items():
             value = getattr(self, name)
@@ -193,6 +203,10 @@ class FaceBatch:
             arrays["face_affine"] = np.zeros((0, 2, 3), np.float64)
         if ordered.mask is not None:
             arrays[MASK_COLUMN] = ordered.mask
+        if ordered.landmarks_68 is not None:
+            arrays[LANDMARKS_68_COLUMN] = ordered.landmarks_68
+        if ordered.embedding is not None:
+            arrays[EMBEDDING_COLUMN] = ordered.embedding
         return {name: per_row([array[bounds[r]:bounds[r + 1]] for r in range(num_frames)])
                 for name, array in arrays.items()}
 
@@ -217,9 +231,14 @@ class FaceBatch:
         if MASK_COLUMN in batch:
             size = next(np.asarray(batch[MASK_COLUMN][r]).shape[1] for r in range(rows) if counts[r])
             mask = cat(MASK_COLUMN, (size, size), np.float32)
+        points_68 = cat(LANDMARKS_68_COLUMN, (68, 2), np.float32) if LANDMARKS_68_COLUMN in batch else None
+        embedding = None
+        if EMBEDDING_COLUMN in batch:
+            width = next(np.asarray(batch[EMBEDDING_COLUMN][r]).shape[1] for r in range(rows) if counts[r])
+            embedding = cat(EMBEDDING_COLUMN, (width,), np.float32)
         return cls(frame_index, cat("face_bbox", (4,), np.float32), cat("face_landmarks", (5, 2), np.float32),
                    cat("face_score", (), np.float32), ids, cat("face_track", (), np.int64), crop, affine,
-                   mask=mask)
+                   embedding=embedding, mask=mask, landmarks_68=points_68)
 
 
 @dataclass(frozen=True)

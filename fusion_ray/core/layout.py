@@ -11,12 +11,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from fusion_ray.config import EngineConfig
+from fusion_ray.errors import ConfigError
 from fusion_ray.models.registry import get_spec
 from fusion_ray.ops.align import align_face
 from fusion_ray.ops.blend import poisson_paste
 from fusion_ray.ops.classic import classic_face_mask
 from fusion_ray.ops.mask import box_mask
 from fusion_ray.ops.paste import paste_back
+from fusion_ray.ops.pixel_boost import boost_factor
 from fusion_ray.types import Frame, Mask
 
 CLASSIC_TEMPLATE = "arcface_128"
@@ -42,12 +44,18 @@ def _model_layout(model: str) -> tuple[str, int]:
 
 
 def swap_layout(cfg: EngineConfig) -> CropLayout:
-    """The swap crop: the classic swapper's own size and ellipse mask, or the swap model's."""
+    """The swap crop: the classic swapper's own size and ellipse mask, or the swap model's (at the
+    pixel boost size when one is set)."""
     swap = cfg.swap
     if swap.swapper == "classic":
         size = swap.classic_crop_size
         return CropLayout(CLASSIC_TEMPLATE, size, classic_face_mask(size, swap.mask_blur), poisson=swap.poisson)
     template, size = _model_layout(cfg.models.swapper)
+    if swap.pixel_boost is not None:  # the crop at k x the model size, swapped in k^2 tiles
+        try:
+            size *= boost_factor(swap.pixel_boost, size)
+        except ValueError as exc:
+            raise ConfigError(f"--face-swapper-pixel-boost for {cfg.models.swapper}: {exc}") from None
     return CropLayout(template, size, box_mask(size, padding=swap.mask_padding, blur=swap.mask_blur))
 
 

