@@ -18,7 +18,7 @@ import numpy as np
 from PIL import Image
 
 from fusion_ray.errors import InputError, OutputExistsError
-from fusion_ray.fsutil import atomic_write_bytes, check_writable_dir
+from fusion_ray.fsutil import atomic_write_bytes, check_input_file, check_writable_dir
 from fusion_ray.imageheader import (
     ImageHeader,
     ImageTooLargeError,
@@ -133,10 +133,7 @@ def decode_image(data: bytes, name: str = "image", max_pixels: int = DEFAULT_MAX
 
 
 def _read_file(path: Path) -> bytes:
-    if not path.exists():
-        raise InputError(f"file not found: {path}")
-    if not path.is_file():
-        raise InputError(f"not a file: {path}")
+    check_input_file(path)  # missing, a link loop, a folder, a pipe (never opened), empty, unreadable
     try:
         return path.read_bytes()
     except OSError as exc:
@@ -177,9 +174,14 @@ def check_writable_image_path(path: Path, force: bool) -> None:
     path = Path(path)
     if path.exists() and not force:
         raise OutputExistsError(f"output exists: {path} (use --force to overwrite)")
-    if not path.suffix or not cv2.haveImageWriter(str(path)):
-        raise InputError(f"cannot write images with extension {path.suffix!r}: use .png, .jpg or .webp")
+    check_image_suffix(path.suffix)
     check_writable_dir(path.parent)
+
+
+def check_image_suffix(suffix: str) -> None:
+    """InputError unless an image can be written with this extension (e.g. not ``.mp4``)."""
+    if not suffix or not cv2.haveImageWriter(f"image{suffix}"):
+        raise InputError(f"cannot write images with extension {suffix!r}: use .png, .jpg or .webp")
 
 
 def encode_image(frame: Frame, suffix: str, *, alpha: np.ndarray | None = None,

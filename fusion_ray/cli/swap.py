@@ -11,8 +11,8 @@ from pathlib import Path
 from fusion_ray.cli.common import add_engine_arguments, engine_config_from_args
 from fusion_ray.cli.video import add_pipeline_arguments, run_video_swap
 from fusion_ray.config import EngineConfig
-from fusion_ray.errors import InputError, OutputExistsError
-from fusion_ray.fsutil import check_not_an_input, check_writable_dir
+from fusion_ray.errors import OutputExistsError
+from fusion_ray.fsutil import check_input_file, check_not_an_input, check_writable_dir
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +66,7 @@ def _check_images(paths: list[Path]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = engine_config_from_args(args)
-    if not args.target.exists():
-        raise InputError(f"file not found: {args.target}")
+    check_input_file(args.target, "--target")  # a folder, a pipe, a link loop or an empty file, named
     inputs = _inputs(args, cfg)
     check_not_an_input(args.output, inputs)
     if _is_video(args.target):

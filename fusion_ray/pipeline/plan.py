@@ -29,9 +29,9 @@ from typing import Any
 from fusion_ray.config import EngineConfig, parse_config
 from fusion_ray.core.modelset import ModelInfo, inspect_models
 from fusion_ray.errors import ConfigError, FusionRayError, InputError, VideoError, describe_error
-from fusion_ray.fsutil import check_not_an_input
+from fusion_ray.fsutil import check_input_file, check_not_an_input, resolve_path
 from fusion_ray.imageheader import ImageHeader, UnsupportedImageError, check_image_header
-from fusion_ray.imageio import DEFAULT_MAX_PIXELS, decode_image, format_changes
+from fusion_ray.imageio import DEFAULT_MAX_PIXELS, check_image_suffix, decode_image, format_changes
 from fusion_ray.pipeline.config import JobConfig
 from fusion_ray.pipeline.parts import models_fingerprint, parts_folder, parts_key
 from fusion_ray.pipeline.report import ItemKind, ItemResult, ItemStatus, typed_error
@@ -163,17 +163,24 @@ class JobPlan:
 
 def confine(output: Path, root: Path | None) -> Path:
     """``output`` resolved; InputError when it falls outside ``root``."""
-    resolved = output.expanduser().resolve()
+    resolved = resolve_path(output)
     if root is not None:
-        base = root.expanduser().resolve()
+        base = resolve_path(root)
         if not resolved.is_relative_to(base):
             raise InputError(f"output {output} is outside the output root {base}")
     return resolved
 
 
 def resolve_output(output: Output) -> Output:
-    """A local output resolved (``~``, links); an object's Location as it is."""
-    return output if isinstance(output, Location) else output.expanduser().resolve()
+    """A local output resolved (``~``, links); an object's Location as it is. Never raises: an
+    output that cannot be resolved (a symbolic-link loop) is kept absolute, and planning
+    fails its item (:func:`confine`)."""
+    if isinstance(output, Location):
+        return output
+    try:
+        return resolve_path(output)
+    except InputError:
+        return output.expanduser().absolute()
 
 
 def confine_output(output: Output, root: Output | None) -> Output:
@@ -250,9 +257,13 @@ def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Output | No
             check_not_an_input(item.output, _inputs(item, cfg), what="output")  # even with force
         if _output_exists(plan.output, storage) and not force:
             return dataclasses.replace(plan, status=ItemStatus.SKIPPED)
-        if not isinstance(item.target, Location) and not item.target.is_file():
-            raise InputError(f"file not found: {item.target}")
+        # a missing file, a link loop, a folder, a pipe, an empty or unreadable file, each named
+        for what, path in (("", item.target), *(("source", source) for source in item.sources)):
+            if not isinstance(path, Location):  # objects: by stat
+                check_input_file(path, what)
         stat = storage.stat(item.target)  # a missing object or bucket, refused credentials: one line
+        if stat.size == 0:  # before it is taken for an image or a video: neither reads nothing
+            raise InputError(f"{item.target} is empty (0 bytes)")
         if _is_video(item.target):
             plan = dataclasses.replace(plan, kind=ItemKind.VIDEO,
                                        fingerprints=((str(item.target), stat.fingerprint),
@@ -266,6 +277,11 @@ def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Output | No
         log.info("%s: %s", item.target, error)  # the item's error: the CLI prints it once
         return dataclasses.replace(plan, status=ItemStatus.FAILED, error=error,
                                    cause=exc if isinstance(exc, FusionRayError) else None)
+    except Exception as exc:  # noqa: BLE001 - one item's surprise never stops the others
+        error = f"cannot plan this item: {typed_error(exc)}"
+        log.warning("%s: %s", item.target, error, exc_info=True)
+        return dataclasses.replace(plan, status=ItemStatus.FAILED, error=error)
+
 
 
 def _source_fingerprints(item: JobItem, cfg: JobConfig, storage: Storage) -> list[tuple[str, str]]:
@@ -343,6 +359,7 @@ def _plan_image(plan: ItemPlan, storage: Storage) -> ItemPlan:
     than 8 bits or an alpha channel, are decoded. InputError when it is not a readable image
     or too large."""
     path = plan.item.target
+    check_image_suffix(plan.output.suffix)  # an image item named .mp4: before any work, not the encoder's error
     try:
         data = storage.read_bytes(path) if isinstance(path, Location) else path.read_bytes()
     except OSError as exc:

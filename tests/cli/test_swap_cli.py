@@ -1,5 +1,6 @@
 """The image command: exit codes, one-line errors, no partial outputs, odd input formats."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -208,3 +209,27 @@ def test_an_8_bit_target_has_no_format_change(tmp_path, images_dir, model_args, 
                       *model_args], capsys)
     assert code == 0, err
     assert "written as" not in err and "fusion_ray.format_changes" not in read_png_text(out.read_bytes())
+
+
+@pytest.mark.parametrize(("kind", "output", "expected"), [
+    ("folder", "out.png", "--target {} is a folder, not a file"),
+    ("empty_video", "out.mp4", "--target {} is empty (0 bytes)"),
+    ("fifo", "out.png", "--target {} is not a regular file but a named pipe (FIFO)"),
+    ("loop", "out.png", "--target {} is a symbolic link loop"),
+])
+def test_a_target_that_is_no_readable_file_is_named_before_any_work(kind, output, expected, tmp_path, images_dir,
+                                                                   model_args, capsys):
+    target = tmp_path / {"folder": "dir.jpg", "empty_video": "empty.mp4", "fifo": "fifo.jpg", "loop": "loop.jpg"}[kind]
+    if kind == "folder":
+        target.mkdir()
+    elif kind == "empty_video":
+        target.write_bytes(b"")
+    elif kind == "fifo":
+        os.mkfifo(target)  # never opened: reading it would block
+    else:
+        target.symlink_to(tmp_path / "loop")
+        (tmp_path / "loop").symlink_to(target)
+    code, err = swap(["-s", str(images_dir / "obama.jpg"), "-t", str(target), "-o", str(tmp_path / output),
+                      *model_args], capsys)
+    assert code == 2, err
+    assert err.strip().splitlines() == [f"error: {expected.format(target)}"]
