@@ -356,8 +356,8 @@ def _plan_video(plan: ItemPlan, cfg: JobConfig, storage: Storage) -> ItemPlan:
 def _plan_image(plan: ItemPlan, storage: Storage) -> ItemPlan:
     """An image's size and format changes. Its size comes from its header; formats the header
     reader does not know (TIFF, GIF, ...), and images whose header says they may have more
-    than 8 bits or an alpha channel, are decoded. InputError when it is not a readable image
-    or too large."""
+    than 8 bits, an alpha channel or an EXIF orientation to apply, are decoded. InputError
+    when it is not a readable image or too large."""
     path = plan.item.target
     check_image_suffix(plan.output.suffix)  # an image item named .mp4: before any work, not the encoder's error
     try:
@@ -368,7 +368,7 @@ def _plan_image(plan: ItemPlan, storage: Storage) -> ItemPlan:
         header: ImageHeader | None = check_image_header(data, str(path), DEFAULT_MAX_PIXELS)
     except UnsupportedImageError:
         header = None
-    if header is not None and not header.may_lose_in_8_bit:
+    if header is not None and not header.may_lose_in_8_bit and header.orientation == 1:
         return dataclasses.replace(plan, frame_hw=(header.height, header.width))
     loaded = decode_image(data, str(path), DEFAULT_MAX_PIXELS)
     height, width = loaded.frame.shape[:2]

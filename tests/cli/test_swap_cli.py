@@ -11,7 +11,7 @@ import pytest
 
 from fusion_ray.cli import main
 from fusion_ray.imageio import read_image, read_jpeg_comments, read_png_text
-from tests.test_imageio import huge_png, limit_memory
+from tests.test_imageio import huge_png, limit_memory, sideways_jpeg
 
 
 @pytest.fixture
@@ -233,3 +233,21 @@ def test_a_target_that_is_no_readable_file_is_named_before_any_work(kind, output
                       *model_args], capsys)
     assert code == 2, err
     assert err.strip().splitlines() == [f"error: {expected.format(target)}"]
+
+
+def test_sideways_photos_are_swapped_upright_and_the_turn_is_recorded(tmp_path, images_dir, scrfd_path, capsys):
+    """JPEGs stored sideways with EXIF orientation 6 (a phone held sideways): faces are found
+    upright in the target and the source, and the output is written upright."""
+    target, source = tmp_path / "target.jpg", tmp_path / "source.jpg"
+    upright = read_image(images_dir / "biden.jpg").frame
+    target.write_bytes(sideways_jpeg(upright))
+    source.write_bytes(sideways_jpeg(read_image(images_dir / "obama.jpg").frame, orientation=8))
+    out = tmp_path / "out.png"
+    code, err = swap(["-s", str(source), "-t", str(target), "-o", str(out), "--swapper", "classic",
+                      "--model", f"scrfd_2.5g={scrfd_path}"], capsys)
+    assert code == 0, err
+    assert "1 of 1 face(s) swapped" in err
+    change = "EXIF orientation 6 applied: written upright, with no orientation tag"
+    assert f"WARNING: {target}: {change}" in err.splitlines()
+    assert read_png_text(out.read_bytes())["fusion_ray.format_changes"] == change
+    assert read_image(out).frame.shape == upright.shape

@@ -23,6 +23,7 @@ from fusion_ray.pipeline.job import JobItem, plan_job, run_job
 from fusion_ray.pipeline.manifest import expand_patterns
 from fusion_ray.video import EncodeOptions, decode_all, make_corrupt_video, make_test_video, probe
 from fusion_ray.video.synthetic import make_edit_list_video, make_truncated_video
+from tests.test_imageio import sideways_jpeg
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -353,3 +354,19 @@ def test_a_truncated_video_fails_without_the_flag_and_writes_nothing(images_dir,
     assert code == 1 and report["items"][0]["status"] == "failed" and report["items"][0]["frames_missing"] > 0
     assert "is truncated" in report["items"][0]["error"] and not (tmp_path / "o.mp4").exists()
     assert not list(tmp_path.glob("*.fusion_ray_parts"))
+
+
+def test_a_sideways_photo_is_swapped_upright_and_the_turn_is_recorded(images_dir, job_cfg, tmp_path):
+    """A target and a source stored sideways with EXIF orientation 6: read upright (the job's
+    read tasks and the driver's source embedding share the one decoder), written upright."""
+    target, source = tmp_path / "target.jpg", tmp_path / "source.jpg"
+    upright = cv2.resize(read_image(images_dir / "obama.jpg").frame, (320, 400))
+    target.write_bytes(sideways_jpeg(upright))
+    source.write_bytes(sideways_jpeg(read_image(images_dir / "biden.jpg").frame))
+    out = tmp_path / "out"
+    report = run_job([JobItem((source,), target, out / "out.png")], job_cfg, output_root=out)
+    (item,) = report.items
+    change = "EXIF orientation 6 applied: written upright, with no orientation tag"
+    assert (item.status, item.warnings) == ("done", [f"{target}: {change}"]), item.error
+    assert read_image(out / "out.png").frame.shape == (400, 320, 3)
+    assert Image.open(out / "out.png").info[FORMAT_CHANGES_KEY] == change
