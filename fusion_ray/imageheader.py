@@ -45,6 +45,8 @@ class ImageHeader:
     deep: bool = False
     orientation: int = 1
     """The EXIF orientation (1 to 8; 1 is upright): how the stored pixels turn to display."""
+    frames: int = 1
+    """Frames of an animated image (GIF, WebP, APNG); 1 for a still one."""
 
     @property
     def upright_hw(self) -> tuple[int, int]:
@@ -68,7 +70,15 @@ def header_of(fmt: str, image: ImageFile.ImageFile) -> ImageHeader:
     alpha = "A" in mode or "a" in mode or "transparency" in image.info
     raw_modes = [t.args[0] if isinstance(t.args, tuple) else t.args for t in image.tile]
     deep = mode.startswith(("I", "F")) or any(isinstance(r, str) and "16" in r.split(";")[-1] for r in raw_modes)
-    return ImageHeader(fmt, int(width), int(height), mode, alpha, deep, exif_orientation(image))
+    return ImageHeader(fmt, int(width), int(height), mode, alpha, deep, exif_orientation(image), frame_count(image))
+
+
+def frame_count(image: Image.Image) -> int:
+    """Frames of an animated image from its container (PNG acTL, WebP ANIM); a GIF is scanned."""
+    try:
+        return max(1, int(getattr(image, "n_frames", 1)))
+    except Exception:  # noqa: BLE001 - a damaged later frame: read as a still image, as before
+        return 1
 
 
 ORIENTATION_TAG = 0x0112

@@ -146,7 +146,8 @@ def upright(image: np.ndarray, orientation: int) -> np.ndarray:
     return np.ascontiguousarray(turned)
 
 
-def _read_file(path: Path) -> bytes:
+def read_file(path: Path) -> bytes:
+    """A local input's bytes; InputError naming what is wrong with it."""
     check_input_file(path)  # missing, a link loop, a folder, a pipe (never opened), empty, unreadable
     try:
         return path.read_bytes()
@@ -157,13 +158,13 @@ def _read_file(path: Path) -> bytes:
 def read_image(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> LoadedImage:
     """Read an image file; InputError naming the file when it is missing or not an image."""
     path = Path(path)
-    return decode_image(_read_file(path), str(path), max_pixels)
+    return decode_image(read_file(path), str(path), max_pixels)
 
 
 def check_image_file(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageHeader:
     """An image file's header (:func:`check_header`): refuse a bad or huge image before any work."""
     path = Path(path)
-    return check_header(_read_file(path), str(path), max_pixels)
+    return check_header(read_file(path), str(path), max_pixels)
 
 
 FORMAT_CHANGES_KEY = "fusion_ray.format_changes"

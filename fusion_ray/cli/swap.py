@@ -73,16 +73,19 @@ def run(args: argparse.Namespace) -> int:
         check_video_swap(args)
         _check_images([path for name, path in inputs if name != "--target"])
         return run_video_swap(args, cfg)
+    from fusion_ray.animation import check_animated_output
     from fusion_ray.engine import Engine
     from fusion_ray.image import swap_image_files
-    from fusion_ray.imageio import check_writable_image_path
+    from fusion_ray.imageio import check_image_file, check_writable_image_path
 
     check_writable_image_path(args.output, args.force)
     _check_images([path for _, path in inputs])
+    check_animated_output(check_image_file(args.target), args.output.suffix, str(args.target))  # before the models
     engine = Engine.load(cfg, cpu_budget=float(os.cpu_count() or 1))
     result = swap_image_files(engine, args.source, args.target, args.output, force=args.force)
     timings = ", ".join(f"{k} {v:.1f}" for k, v in result.timings_ms.items())
-    print(f"wrote {result.output}: {result.faces_swapped} of {result.faces_detected} face(s) swapped; "
+    frames = f" in {result.frames} frames" if result.frames > 1 else ""
+    print(f"wrote {result.output}: {result.faces_swapped} of {result.faces_detected} face(s) swapped{frames}; "
           f"timings (ms): {timings}", file=sys.stderr)
     if result.stand_in_models:
         print(f"note: made with STAND-IN models ({', '.join(result.stand_in_models)}): not a real swap",

@@ -251,3 +251,51 @@ def test_sideways_photos_are_swapped_upright_and_the_turn_is_recorded(tmp_path, 
     assert f"WARNING: {target}: {change}" in err.splitlines()
     assert read_png_text(out.read_bytes())["fusion_ray.format_changes"] == change
     assert read_image(out).frame.shape == upright.shape
+
+
+def face_animation(images_dir, fmt: str, frames: int = 3) -> bytes:
+    """A short animation of a face moving right (4 px a frame), 40/80/120 ms frames, looping forever."""
+    import io
+
+    from PIL import Image
+
+    face = read_image(images_dir / "obama.jpg").frame
+    face = cv2.resize(face, (face.shape[1] // 3, face.shape[0] // 3))
+    shifted = [cv2.warpAffine(face, np.float32([[1, 0, 4 * i], [0, 1, 0]]), face.shape[1::-1]) for i in range(frames)]
+    images = [Image.fromarray(np.ascontiguousarray(f[..., ::-1])) for f in shifted]
+    buffer = io.BytesIO()
+    images[0].save(buffer, fmt, save_all=True, append_images=images[1:], duration=[40, 80, 120][:frames], loop=0)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(("fmt", "suffix"), [("GIF", ".gif"), ("WEBP", ".webp"), ("PNG", ".png")])
+def test_every_frame_of_an_animated_image_is_swapped_and_kept(fmt, suffix, tmp_path, images_dir, scrfd_path, capsys):
+    from PIL import Image
+
+    target = tmp_path / f"anim{suffix}"
+    target.write_bytes(face_animation(images_dir, fmt))
+    out = tmp_path / f"out{suffix}"
+    code, err = swap(["-s", str(images_dir / "biden.jpg"), "-t", str(target), "-o", str(out), "--swapper", "classic",
+                      "--model", f"scrfd_2.5g={scrfd_path}"], capsys)
+    assert code == 0, err
+    assert "3 of 3 face(s) swapped in 3 frames" in err
+    with Image.open(target) as before, Image.open(out) as after:
+        assert after.n_frames == 3 and after.info.get("loop") == 0
+        for index in range(3):
+            before.seek(index)
+            after.seek(index)
+            after.load()
+            assert after.info["duration"] == [40, 80, 120][index]
+            difference = np.abs(np.asarray(before.convert("RGB"), int) - np.asarray(after.convert("RGB"), int))
+            assert difference.mean() > 1  # this frame was swapped, not a copy of the first
+
+
+def test_an_animated_image_to_a_one_frame_format_is_refused_before_any_work(tmp_path, images_dir, scrfd_path, capsys):
+    target = tmp_path / "anim.gif"
+    target.write_bytes(face_animation(images_dir, "GIF"))
+    code, err = swap(["-s", str(images_dir / "biden.jpg"), "-t", str(target), "-o", str(tmp_path / "out.jpg"),
+                      "--swapper", "classic", "--model", f"scrfd_2.5g={scrfd_path}"], capsys)
+    assert code == 2
+    assert err.strip().splitlines()[-1] == (f"error: {target} is an animated GIF of 3 frames, and '.jpg' holds one "
+                                            "frame: write it as .gif, .webp or .png (APNG)")
+    assert not (tmp_path / "out.jpg").exists()
