@@ -24,6 +24,7 @@ from typing import Any
 import ray
 
 from fusion_ray.image import load_reference
+from fusion_ray.pipeline.animated import animated_task
 from fusion_ray.pipeline.build import Sink, build_pipeline
 from fusion_ray.pipeline.config import FUSED_POOL, PipelineConfig
 from fusion_ray.pipeline.datasource import INFO_ROW, unpack
@@ -104,11 +105,15 @@ class GroupRun:
         self.writers: list[Any] = []
         self.finishing: dict[Any, SegmentKey] = {}
         self.joining: dict[Any, int] = {}
+        self.animating: dict[Any, int] = {}
+        """Tasks swapping an animated image (:mod:`fusion_ray.pipeline.animated`), by item."""
+        self.sources: Sources | None = None
         self.done_frames = 0
         self.total = 0
 
     def execute(self, sources: Sources, progress: ProgressCallback | None, gpus_now: float) -> None:
         """Run every item; the cleanup always runs."""
+        self.sources = sources
         try:
             if not self.items:
                 return
@@ -119,6 +124,7 @@ class GroupRun:
         finally:
             self.report.frames += self.done_frames
             self._wait_for_joins()
+            self._stop_animations()
             unfinished = {n for n in self.videos if self.results[n].status != ItemStatus.DONE}
             cleanup(self.tracker.unfinished(unfinished | (self._members() - self.heard)), self.writers)
 
@@ -200,6 +206,8 @@ class GroupRun:
         result.warnings = list(planned.warnings)  # the same as before for an item planned on the driver
         self.total += plan.expected_frames
         if plan.kind is not ItemKind.VIDEO:
+            if plan.frames > 1:
+                self._animate(plan)
             self.report.settle([n])  # an image may have come back before its info
             return
         self.videos[n] = plan
@@ -232,16 +240,47 @@ class GroupRun:
 
     def _collect(self, *, block: bool) -> None:
         """Gather finished segments and joins (waiting for them all when ``block``)."""
-        while self.finishing or self.joining:
-            pending = [*self.finishing, *self.joining]
+        while self.finishing or self.joining or self.animating:
+            pending = [*self.finishing, *self.joining, *self.animating]
             ready, _ = ray.wait(pending, num_returns=1 if block else len(pending), timeout=None if block else 0)
             if not ready:
                 return
             for ref in ready:
                 if ref in self.finishing:
                     self._segment_finished(self.finishing.pop(ref), ref)
-                else:
+                elif ref in self.joining:
                     self._joined(self.joining.pop(ref), ref)
+                else:
+                    self._animated(self.animating.pop(ref), ref)
+
+    def _animate(self, plan: ItemPlan) -> None:
+        """Start the task that swaps an animated image whole."""
+        assert self.sources is not None
+        identity = self.sources.identities[self.ctx.source_of[plan.index]]
+        ref = animated_task.remote(plan, self.ctx.cfg.engine, identity, self.sources.reference,  # type: ignore[call-arg]
+                                   self.ctx.storage)
+        self.animating[ref] = plan.index
+
+    def _animated(self, n: int, ref: Any) -> None:
+        result = self.results[n]
+        try:
+            done = ray.get(ref)
+        except Exception as exc:
+            result.fail(exc)
+        else:
+            result.frames, result.faces_swapped = done.frames, done.faces_swapped
+            result.warnings += [f"{result.target}: {change}" for change in done.changes]
+            result.status = ItemStatus.DONE
+            self.done_frames += done.frames
+        self.report.settle([n])
+
+    def _stop_animations(self) -> None:
+        """Animated images still being swapped (the group failed): stopped, their outputs never written."""
+        for ref, n in self.animating.items():
+            ray.cancel(ref, force=True)
+            self.results[n].fail("stopped: the group failed before the animated image was swapped")
+            self.report.settle([n])
+        self.animating.clear()
 
     def _segment_finished(self, key: SegmentKey, ref: Any) -> None:
         """A writer closed a segment: join its video once every segment is written."""

@@ -125,7 +125,7 @@ def _plan_one(given: ItemPlan, ctx: GroupContext, storage: Storage) -> tuple[Ite
                     raise ValueError(f"item {plan.index}: a video planned without its parts key")
                 resumed = finished_segments(storage, plan.work_dir, plan.segments)
                 units = _video_units(plan, ctx, set(resumed))
-            else:
+            elif plan.frames == 1:  # an animated image is swapped whole by the driver's task (pipeline.animated)
                 units = [ReadUnit(plan.index, str(plan.item.target), ctx.source_of[plan.index], None, plan.frame_hw,
                                   target=_image_target(plan, ctx))]
         except Exception as exc:  # this item fails alone (a model or Ray error is no planning error)
