@@ -141,3 +141,31 @@ def test_one_bad_item_of_each_kind_fails_alone_and_the_good_ones_run(tmp_path, i
     assert statuses["good.png"] == statuses["good2.jpg"] == "done", report
     assert statuses["image.mp4"] == "failed" and (out / "good.png").is_file() and not (out / "image.mp4").exists()
     assert "Traceback" not in proc.stderr
+
+
+def test_a_report_the_store_cannot_take_is_kept_locally_and_its_place_named(tmp_path, s3_server, s3_bucket):
+    """A store that stalls when the report is published: the job still ends with its items'
+    outcome (here failed, exit 1; once exit 2 with no report), and the report is kept locally."""
+    import os
+    import re
+    import shutil
+
+    from tests.stall_proxy import stall_proxy
+
+    storage = s3_server.storage()
+    storage.write_bytes_atomic(f"s3://{s3_bucket}/jobs/m.csv", b"source,target,output\na.jpg,gone.mp4,gone.mp4\n")
+    with stall_proxy(s3_server.endpoint_url, lambda method, path: method == "PUT" and "fusion_ray_report" in path) \
+            as proxy:
+        env = {**os.environ, **s3_server.env(), "AWS_ENDPOINT_URL": proxy.endpoint_url}
+        proc = subprocess.run([sys.executable, "-c", RAY_STARTED, "job", "--manifest", f"s3://{s3_bucket}/jobs/m.csv",
+                               "--output-root", f"s3://{s3_bucket}/out", "--providers", "cpu"], capture_output=True,
+                              text=True, timeout=300, env=env)
+        assert proxy.stalled, proc.stderr
+    assert proc.stdout.split() == ["1", "False"], proc.stderr
+    found = re.search(r"error: the report could not be published \(.*\); it is kept at (\S+) \(rows: (\S+)\)",
+                      proc.stderr)
+    assert found, proc.stderr
+    kept = Path(found.group(1))
+    report = json.loads(kept.read_text())
+    assert report["counts"] == {"failed": 1} and Path(found.group(2)).is_file()
+    shutil.rmtree(kept.parent)
