@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from fusion_ray.config import EngineConfig, _Config, load_yaml_config
+from fusion_ray.config import EngineConfig, _Config, load_yaml_config, parse_config
 from fusion_ray.errors import ConfigError
 from fusion_ray.video.encode import EncodeOptions
 
@@ -182,3 +184,24 @@ def load_job_config(path: Path | None) -> JobConfig:
     if path is None:
         return JobConfig()
     return load_yaml_config(path, JobConfig)
+
+
+def with_overrides(cfg: JobConfig, options: str) -> JobConfig:
+    """``cfg`` with an item's engine overrides (a JSON object) merged in."""
+    try:
+        overrides = json.loads(options or "{}")
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"item options are not valid JSON: {exc}") from exc
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"item options must be a JSON object, got {options!r}")
+    if not overrides:
+        return cfg
+    engine = _deep_merge(cfg.engine.model_dump(), overrides)
+    return cfg.model_copy(update={"engine": parse_config(engine, EngineConfig, source="item options")})
+
+
+def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), dict) else value
+    return out
