@@ -55,3 +55,23 @@ def test_unfinished_uploads_left_by_a_store_that_was_down_are_aborted_under_a_pr
     assert storage.abort_uploads(f"s3://{s3_bucket}/ou") == 0  # a prefix is whole segments
     assert storage.abort_uploads(f"s3://{s3_bucket}/out") == 2
     assert _unfinished(s3_server, s3_bucket) == ["other/c.mp4"]
+
+
+def test_without_boto3_the_abort_is_skipped_with_a_warning_naming_the_extra(monkeypatch, caplog):
+    """boto3 comes with the [s3] extra: an install without it publishes objects (pyarrow) and
+    skips the abort, saying what to install (its absence simulated: an install state)."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_boto(name, *args, **kwargs):
+        if name.split(".")[0] in ("boto3", "botocore"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_boto)
+    with caplog.at_level("WARNING", logger="fusion_ray.storage.uploads"):
+        assert Storage(StorageConfig()).abort_uploads("s3://bucket/out") == 0
+    (record,) = [r for r in caplog.records if r.name == "fusion_ray.storage.uploads"]
+    message = record.getMessage()
+    assert "\n" not in message and "not aborted" in message and "pip install 'fusion-ray[s3]'" in message
