@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 RAY_STARTED = """
@@ -169,3 +170,43 @@ def test_a_report_the_store_cannot_take_is_kept_locally_and_its_place_named(tmp_
     report = json.loads(kept.read_text())
     assert report["counts"] == {"failed": 1} and Path(found.group(2)).is_file()
     shutil.rmtree(kept.parent)
+
+
+def test_animated_images_are_swapped_whole_by_the_local_runner(tmp_path, images_dir, scrfd_path):
+    """``--runner local`` swaps an animated GIF and APNG frame by frame in-process (the function
+    the Ray runner's task wraps), kept animated; one named .jpg fails at planning; no Ray."""
+    from PIL import Image
+
+    from tests.cli.test_swap_cli import face_animation
+
+    gif, apng = tmp_path / "anim.gif", tmp_path / "anim.png"
+    gif.write_bytes(face_animation(images_dir, "GIF"))
+    apng.write_bytes(face_animation(images_dir, "PNG"))
+    source = images_dir / "biden.jpg"
+    manifest = tmp_path / "items.csv"
+    manifest.write_text(f"source,target,output\n{source},{gif},anim.gif\n{source},{apng},anim.png\n"
+                        f"{source},{gif},anim.jpg\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.run([sys.executable, "-c", RAY_STARTED, "job", "--manifest", str(manifest), "--output-root",
+                           str(out), "--runner", "local", "--swapper", "classic", "--model",
+                           f"scrfd_2.5g={scrfd_path}", "--providers", "cpu"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.stdout.split() == ["1", "False"], proc.stderr  # the .jpg item failed; Ray never started
+    report = json.loads((out / "fusion_ray_report.json").read_text())
+    items = {Path(item["output"]).name: item for item in report["items"]}
+    assert items["anim.jpg"]["status"] == "failed" and "'.jpg' holds one frame" in items["anim.jpg"]["error"]
+    assert report["frames"] == 6
+    for name in ("anim.gif", "anim.png"):
+        item = items[name]
+        assert (item["status"], item["frames"], item["faces_swapped"]) == ("done", 3, 3), item
+        with Image.open(tmp_path / name) as before, Image.open(out / name) as after:
+            assert after.n_frames == 3 and after.info.get("loop") == 0
+            for index in range(3):
+                before.seek(index)
+                after.seek(index)
+                after.load()
+                assert after.info["duration"] == [40, 80, 120][index]
+                assert np.abs(np.asarray(before.convert("RGB"), int) - np.asarray(after.convert("RGB"), int)).mean() > 1
+    assert "at most 256 colours each" in items["anim.gif"]["warnings"][0]
+    assert "Traceback" not in proc.stderr
