@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -38,15 +40,56 @@ def atomic_write_bytes(destination: Path, data: bytes, *, fsync: bool = False) -
             os.fsync(handle.fileno())
 
 
+def resolve_path(path: Path) -> Path:
+    """``path`` with ``~`` expanded, resolved through its links; InputError for a symbolic-link
+    loop (Python 3.11 raises RuntimeError for one, later versions OSError)."""
+    try:
+        return Path(path).expanduser().resolve()
+    except (RuntimeError, OSError) as exc:
+        raise InputError(f"{path} is a symbolic link loop") from exc
+
+
+_NOT_REGULAR = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def check_input_file(path: Path, what: str = "") -> None:
+    """InputError naming the real problem unless ``path`` is a regular file with content that
+    can be opened: missing, a symbolic-link loop, a folder, a pipe, socket or device (never
+    opened: reading a pipe would block), empty, or not readable. ``what`` ("target",
+    "source") leads the message."""
+    name = f"{what} {path}" if what else str(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError as exc:
+        raise InputError(f"file not found: {path}") from exc
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError(f"{name} is a symbolic link loop") from exc
+        raise InputError(f"cannot read {name}: {exc.strerror or exc}") from exc
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{name} is a folder, not a file")
+    for test, kind in _NOT_REGULAR:
+        if test(st.st_mode):
+            raise InputError(f"{name} is not a regular file but {kind}")
+    if st.st_size == 0:
+        raise InputError(f"{name} is empty (0 bytes)")
+    try:
+        os.close(os.open(path, os.O_RDONLY))
+    except OSError as exc:
+        raise InputError(f"cannot read {name}: {exc.strerror or exc}") from exc
+
+
 def same_file(a: Path, b: Path) -> bool:
     """Whether two paths name the same file, through symbolic and hard links.
 
-    When one of them does not exist, their resolved forms are compared.
+    When one of them does not exist, their resolved forms are compared; InputError when one
+    is a symbolic-link loop.
     """
     try:
         return os.path.samefile(a, b)
     except OSError:
-        return Path(a).resolve() == Path(b).resolve()
+        return resolve_path(Path(a)) == resolve_path(Path(b))
 
 
 def check_not_an_input(output: Path, inputs: Sequence[tuple[str, Path]], what: str = "--output") -> None:

@@ -7,13 +7,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fusion_ray.animation import (
+    Animation,
+    animation_changes,
+    encode_animation,
+    is_animated,
+    read_animation,
+)
 from fusion_ray.engine import Engine
 from fusion_ray.imageio import (
+    DEFAULT_MAX_PIXELS,
     FORMAT_CHANGES_KEY,
     LoadedImage,
+    check_header,
     check_writable_image_path,
+    decode_image,
     encode_image,
     format_changes,
+    read_file,
     read_image,
     write_bytes_atomic,
 )
@@ -32,6 +43,8 @@ class ImageSwapResult:
     timings_ms: dict[str, float] = field(default_factory=dict)
     stand_in_models: list[str] = field(default_factory=list)
     metadata: dict[str, str] = field(default_factory=dict)
+    frames: int = 1
+    """Frames of the image (more than one for an animated GIF, WebP or APNG)."""
 
 
 def load_sources(engine: Engine, paths: Sequence[Path]) -> SourceIdentity:
@@ -88,5 +101,46 @@ def swap_image_files(engine: Engine, sources: Sequence[Path], target: Path, outp
     check_writable_image_path(output, force)
     identity = load_sources(engine, sources)
     reference = load_reference(engine)
-    loaded = read_image(target)
+    data = read_file(target)
+    header = check_header(data, str(target))
+    if is_animated(header):
+        animation = read_animation(data, header, str(target), DEFAULT_MAX_PIXELS)
+        result = swap_animation(engine, identity, animation, output.suffix, reference=reference, name=str(target))
+        write_bytes_atomic(output, result.data, force=force)
+        return ImageSwapResult(output, result.faces_detected, result.faces_swapped, result.timings_ms, engine.stand_in_models,
+                               result.metadata, len(animation.frames))
+    loaded = decode_image(data, str(target))
     return swap_image(engine, identity, loaded, output, reference=reference, force=force, target_path=target)
+
+
+@dataclass(frozen=True)
+class AnimationSwap:
+    """An animated image swapped frame by frame: the encoded output and what was found."""
+
+    data: bytes
+    faces_detected: int
+    faces_swapped: int
+    metadata: dict[str, str]
+    changes: list[str]
+    timings_ms: dict[str, float]
+    """Per stage, summed over the frames."""
+
+
+def swap_animation(engine: Engine, identity: SourceIdentity, animation: Animation, suffix: str, *,
+                   reference: Embedding | None = None, name: str = "image") -> AnimationSwap:
+    """Every frame of ``animation`` swapped (a short video: no tracking), encoded as ``suffix``
+    with the source's frame durations and loop count; its format changes warned and recorded."""
+    results = [engine.process_frame(frame.frame, identity, reference) for frame in animation.frames]
+    metadata = engine.provenance.metadata()
+    changes = animation_changes(animation, suffix)
+    for change in changes:
+        log.warning("%s: %s", name, change)
+    if changes:
+        metadata[FORMAT_CHANGES_KEY] = "; ".join(changes)
+    data = encode_animation([r.frame for r in results], animation, suffix, metadata)
+    timings: dict[str, float] = {}
+    for result in results:
+        for stage, ms in result.timings_ms.items():
+            timings[stage] = timings.get(stage, 0.0) + ms
+    return AnimationSwap(data, sum(r.faces_detected for r in results), sum(r.faces_swapped for r in results),
+                         metadata, changes, timings)

@@ -43,6 +43,15 @@ class ImageHeader:
     mode: str = ""
     alpha: bool = False
     deep: bool = False
+    orientation: int = 1
+    """The EXIF orientation (1 to 8; 1 is upright): how the stored pixels turn to display."""
+    frames: int = 1
+    """Frames of an animated image (GIF, WebP, APNG); 1 for a still one."""
+
+    @property
+    def upright_hw(self) -> tuple[int, int]:
+        """(height, width) once the EXIF orientation is applied (5 to 8 swap the sides)."""
+        return (self.width, self.height) if self.orientation >= 5 else (self.height, self.width)
 
     @property
     def pixels(self) -> int:
@@ -61,7 +70,27 @@ def header_of(fmt: str, image: ImageFile.ImageFile) -> ImageHeader:
     alpha = "A" in mode or "a" in mode or "transparency" in image.info
     raw_modes = [t.args[0] if isinstance(t.args, tuple) else t.args for t in image.tile]
     deep = mode.startswith(("I", "F")) or any(isinstance(r, str) and "16" in r.split(";")[-1] for r in raw_modes)
-    return ImageHeader(fmt, int(width), int(height), mode, alpha, deep)
+    return ImageHeader(fmt, int(width), int(height), mode, alpha, deep, exif_orientation(image), frame_count(image))
+
+
+def frame_count(image: Image.Image) -> int:
+    """Frames of an animated image from its container (PNG acTL, WebP ANIM); a GIF is scanned."""
+    try:
+        return max(1, int(getattr(image, "n_frames", 1)))
+    except Exception:  # noqa: BLE001 - a damaged later frame: read as a still image, as before
+        return 1
+
+
+ORIENTATION_TAG = 0x0112
+
+
+def exif_orientation(image: Image.Image) -> int:
+    """The image's EXIF orientation tag, 1 (upright) when it has none or a value out of range."""
+    try:
+        value = image.getexif().get(ORIENTATION_TAG, 1)
+    except Exception:  # noqa: BLE001 - a malformed EXIF block is ignored, as viewers do
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
 
 
 def read_image_header(data: bytes, name: str = "image") -> ImageHeader:

@@ -18,7 +18,7 @@ import numpy as np
 from PIL import Image
 
 from fusion_ray.errors import InputError, OutputExistsError
-from fusion_ray.fsutil import atomic_write_bytes, check_writable_dir
+from fusion_ray.fsutil import atomic_write_bytes, check_input_file, check_writable_dir
 from fusion_ray.imageheader import (
     ImageHeader,
     ImageTooLargeError,
@@ -41,6 +41,8 @@ class LoadedImage:
     alpha: np.ndarray | None
     source_dtype: str
     source_channels: int
+    orientation: int = 1
+    """The EXIF orientation applied on read (1: none): ``frame`` is upright."""
 
 
 def to_bgr_uint8(image: np.ndarray) -> tuple[Frame, np.ndarray | None]:
@@ -117,7 +119,7 @@ def decode_image(data: bytes, name: str = "image", max_pixels: int = DEFAULT_MAX
 
     The size is checked from the header (:func:`check_header`) before any pixel is decoded.
     """
-    check_header(data, name, max_pixels)
+    header = check_header(data, name, max_pixels)
     buffer = np.frombuffer(data, np.uint8)
     try:
         image = cv2.imdecode(buffer, cv2.IMREAD_UNCHANGED)
@@ -127,16 +129,26 @@ def decode_image(data: bytes, name: str = "image", max_pixels: int = DEFAULT_MAX
         raise InputError(f"{name} is not an image (or not a format this build can read)")
     if image.shape[0] * image.shape[1] > max_pixels:
         raise InputError(f"{name} has {image.shape[1]}x{image.shape[0]} pixels, over the limit of {max_pixels}")
-    frame, alpha = to_bgr_uint8(image)
     channels = 1 if image.ndim == 2 else int(image.shape[2])
-    return LoadedImage(frame, alpha, str(image.dtype), channels)
+    frame, alpha = to_bgr_uint8(upright(image, header.orientation))  # faces are found upright
+    return LoadedImage(frame, alpha, str(image.dtype), channels, header.orientation)
 
 
-def _read_file(path: Path) -> bytes:
-    if not path.exists():
-        raise InputError(f"file not found: {path}")
-    if not path.is_file():
-        raise InputError(f"not a file: {path}")
+def upright(image: np.ndarray, orientation: int) -> np.ndarray:
+    """The stored pixels turned as their EXIF ``orientation`` (1 to 8) says they display: 2 and
+    4 mirror, 3 turns half way, 6 and 8 a quarter (clockwise, anticlockwise), 5 and 7 mirror
+    across a diagonal. (OpenCV's ``IMREAD_UNCHANGED`` ignores the tag.)"""
+    turned = {
+        1: image, 2: image[:, ::-1], 3: image[::-1, ::-1], 4: image[::-1],
+        5: image.swapaxes(0, 1), 6: image.swapaxes(0, 1)[:, ::-1],
+        7: image.swapaxes(0, 1)[::-1, ::-1], 8: image.swapaxes(0, 1)[::-1],
+    }[orientation if 1 <= orientation <= 8 else 1]
+    return np.ascontiguousarray(turned)
+
+
+def read_file(path: Path) -> bytes:
+    """A local input's bytes; InputError naming what is wrong with it."""
+    check_input_file(path)  # missing, a link loop, a folder, a pipe (never opened), empty, unreadable
     try:
         return path.read_bytes()
     except OSError as exc:
@@ -146,13 +158,13 @@ def _read_file(path: Path) -> bytes:
 def read_image(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> LoadedImage:
     """Read an image file; InputError naming the file when it is missing or not an image."""
     path = Path(path)
-    return decode_image(_read_file(path), str(path), max_pixels)
+    return decode_image(read_file(path), str(path), max_pixels)
 
 
 def check_image_file(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageHeader:
     """An image file's header (:func:`check_header`): refuse a bad or huge image before any work."""
     path = Path(path)
-    return check_header(_read_file(path), str(path), max_pixels)
+    return check_header(read_file(path), str(path), max_pixels)
 
 
 FORMAT_CHANGES_KEY = "fusion_ray.format_changes"
@@ -162,6 +174,8 @@ FORMAT_CHANGES_KEY = "fusion_ray.format_changes"
 def format_changes(image: LoadedImage, output_suffix: str) -> list[str]:
     """What writing ``image`` (swapped as BGR uint8) to ``output_suffix``'s format loses."""
     changes = []
+    if image.orientation != 1:
+        changes.append(f"EXIF orientation {image.orientation} applied: written upright, with no orientation tag")
     if image.source_dtype == "uint16":
         changes.append("16-bit image written as 8-bit")
     elif image.source_dtype.startswith("float"):
@@ -177,9 +191,14 @@ def check_writable_image_path(path: Path, force: bool) -> None:
     path = Path(path)
     if path.exists() and not force:
         raise OutputExistsError(f"output exists: {path} (use --force to overwrite)")
-    if not path.suffix or not cv2.haveImageWriter(str(path)):
-        raise InputError(f"cannot write images with extension {path.suffix!r}: use .png, .jpg or .webp")
+    check_image_suffix(path.suffix)
     check_writable_dir(path.parent)
+
+
+def check_image_suffix(suffix: str) -> None:
+    """InputError unless an image can be written with this extension (e.g. not ``.mp4``)."""
+    if not suffix or not cv2.haveImageWriter(f"image{suffix}"):
+        raise InputError(f"cannot write images with extension {suffix!r}: use .png, .jpg or .webp")
 
 
 def encode_image(frame: Frame, suffix: str, *, alpha: np.ndarray | None = None,

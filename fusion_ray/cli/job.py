@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -44,7 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--force", action="store_true", help="redo items whose output exists")
     parser.add_argument("--clean-parts", action="store_true",
                         help="remove the parts folders (finished segments of unfinished videos, kept so that "
-                             "a re-run resumes them) under --output-root, then exit")
+                             "a re-run resumes them) under --output-root, abort the unfinished uploads a store "
+                             "that stalled left there, then exit")
     add_engine_arguments(parser)
     add_pipeline_arguments(parser)
     parser.set_defaults(run=run)
@@ -75,14 +77,14 @@ def run(args: argparse.Namespace) -> int:
     cfg = job_config(args, engine_config_from_args(args))
     # The report (and its rows file, streamed while the job runs) goes beside the outputs; for a
     # root in a bucket it is written locally, then published there.
-    spool = None
+    spool: Path | None = None
     if args.report:
         report_path: Path = args.report
     elif isinstance(root, Path):
         report_path = root / REPORT_NAME
     else:
-        spool = tempfile.TemporaryDirectory(prefix="fusion_ray_report.")
-        report_path = Path(spool.name) / REPORT_NAME
+        spool = Path(tempfile.mkdtemp(prefix="fusion_ray_report."))
+        report_path = spool / REPORT_NAME
     print(f"{len(items)} item(s); outputs under {root if isinstance(root, Location) else root.resolve()}",
           file=sys.stderr)
     try:
@@ -91,12 +93,15 @@ def run(args: argparse.Namespace) -> int:
         runner = start_runner(args, plan) if plan.runs else "local"  # nothing runs: no runner starts
         report = run_plan(plan, progress=ProgressPrinter(), report_path=report_path, started=planning, runner=runner)
         print_summary(report, time.monotonic() - started, None if spool else report_path)
+        published = True
         if spool is not None and isinstance(root, Location):  # the report goes with the outputs
-            _publish_report(report_path, root / REPORT_NAME, storage)
+            published = _publish_report(report_path, root / REPORT_NAME, storage)
+            if not published:
+                spool = None  # kept where it was written
     finally:
         if spool is not None:
-            spool.cleanup()
-    return 0 if report.counts().get("failed", 0) == 0 else 1
+            shutil.rmtree(spool, ignore_errors=True)
+    return 0 if report.counts().get("failed", 0) == 0 and published else 1
 
 
 def _clean_parts(root: Path | Location, storage: Storage) -> int:
@@ -107,6 +112,9 @@ def _clean_parts(root: Path | Location, storage: Storage) -> int:
         storage.remove_tree(folder)
         print(f"removed {folder}", file=sys.stderr)
     print(f"{len(folders)} parts folder(s) removed under {root}", file=sys.stderr)
+    aborted = storage.abort_uploads(root)  # what a store that stalled mid-upload left (0 outside S3)
+    if aborted:
+        print(f"{aborted} unfinished upload(s) aborted under {root}", file=sys.stderr)
     return 0
 
 
@@ -121,12 +129,20 @@ def _output_root(text: str) -> Path | Location:
     return location.path if location.is_local else location
 
 
-def _publish_report(report_path: Path, location: Location, storage: Storage) -> None:
+def _publish_report(report_path: Path, location: Location, storage: Storage) -> bool:
     """Publish the report and its rows file beside the outputs in their bucket (each whole or
-    not at all)."""
+    not at all). When the store cannot take them (it stalls, it is gone), they stay where they
+    were written, and the message says where: False."""
     from fusion_ray.pipeline.job import rows_path
+    from fusion_ray.storage import StorageError
 
     rows = rows_path(report_path)
-    storage.publish(report_path, location)
-    storage.publish(rows, location.with_name(rows.name))
+    try:
+        storage.publish(report_path, location)
+        storage.publish(rows, location.with_name(rows.name))
+    except StorageError as exc:
+        print(f"error: the report could not be published ({exc}); it is kept at {report_path} "
+              f"(rows: {rows})", file=sys.stderr)
+        return False
     print(f"report: {location}", file=sys.stderr)
+    return True

@@ -11,8 +11,8 @@ from pathlib import Path
 from fusion_ray.cli.common import add_engine_arguments, engine_config_from_args
 from fusion_ray.cli.video import add_pipeline_arguments, run_video_swap
 from fusion_ray.config import EngineConfig
-from fusion_ray.errors import InputError, OutputExistsError
-from fusion_ray.fsutil import check_not_an_input, check_writable_dir
+from fusion_ray.errors import OutputExistsError
+from fusion_ray.fsutil import check_input_file, check_not_an_input, check_writable_dir
 
 log = logging.getLogger(__name__)
 
@@ -66,24 +66,26 @@ def _check_images(paths: list[Path]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = engine_config_from_args(args)
-    if not args.target.exists():
-        raise InputError(f"file not found: {args.target}")
+    check_input_file(args.target, "--target")  # a folder, a pipe, a link loop or an empty file, named
     inputs = _inputs(args, cfg)
     check_not_an_input(args.output, inputs)
     if _is_video(args.target):
         check_video_swap(args)
         _check_images([path for name, path in inputs if name != "--target"])
         return run_video_swap(args, cfg)
+    from fusion_ray.animation import check_animated_output
     from fusion_ray.engine import Engine
     from fusion_ray.image import swap_image_files
-    from fusion_ray.imageio import check_writable_image_path
+    from fusion_ray.imageio import check_image_file, check_writable_image_path
 
     check_writable_image_path(args.output, args.force)
     _check_images([path for _, path in inputs])
+    check_animated_output(check_image_file(args.target), args.output.suffix, str(args.target))  # before the models
     engine = Engine.load(cfg, cpu_budget=float(os.cpu_count() or 1))
     result = swap_image_files(engine, args.source, args.target, args.output, force=args.force)
     timings = ", ".join(f"{k} {v:.1f}" for k, v in result.timings_ms.items())
-    print(f"wrote {result.output}: {result.faces_swapped} of {result.faces_detected} face(s) swapped; "
+    frames = f" in {result.frames} frames" if result.frames > 1 else ""
+    print(f"wrote {result.output}: {result.faces_swapped} of {result.faces_detected} face(s) swapped{frames}; "
           f"timings (ms): {timings}", file=sys.stderr)
     if result.stand_in_models:
         print(f"note: made with STAND-IN models ({', '.join(result.stand_in_models)}): not a real swap",

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from fusion_ray.config import EngineConfig, _Config, load_yaml_config
+from fusion_ray.config import EngineConfig, _Config, load_yaml_config, parse_config
 from fusion_ray.errors import ConfigError
+from fusion_ray.facefusion_options import FACEFUSION_OPTIONS, apply_facefusion_options
 from fusion_ray.video.encode import EncodeOptions
 
 FUSED_POOL = "fused"
@@ -182,3 +185,28 @@ def load_job_config(path: Path | None) -> JobConfig:
     if path is None:
         return JobConfig()
     return load_yaml_config(path, JobConfig)
+
+
+def with_overrides(cfg: JobConfig, options: str) -> JobConfig:
+    """``cfg`` with an item's engine overrides (a JSON object) merged in: EngineConfig's own
+    nesting (``{"masks": {"types": ["box", "area"]}}``) or FaceFusion's option names
+    (``{"face_mask_types": ["box", "area"], "mouth_mask": true}``)."""
+    try:
+        overrides = json.loads(options or "{}")
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"item options are not valid JSON: {exc}") from exc
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"item options must be a JSON object, got {options!r}")
+    if not overrides:
+        return cfg
+    facefusion = {key: overrides.pop(key) for key in list(overrides) if key in FACEFUSION_OPTIONS}
+    engine = _deep_merge(cfg.engine.model_dump(), overrides)
+    apply_facefusion_options(facefusion, engine)
+    return cfg.model_copy(update={"engine": parse_config(engine, EngineConfig, source="item options")})
+
+
+def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), dict) else value
+    return out

@@ -4,9 +4,10 @@
 video's segments and those an earlier run finished), folds the slim output rows into the report
 and the segment tracker, says which segments are whole (all their frames reached their writer),
 starts a video's join once its segments are all written, records the outcome of segments and
-joins, and fails whatever did not come back. How a segment is finished and a video joined is the
-runner's (:meth:`GroupBook.finish_segment`, :meth:`GroupBook.start_join`): Ray tasks and actors in
-:mod:`fusion_ray.pipeline.run`, threads in :mod:`fusion_ray.runners.local`.
+joins, and fails whatever did not come back. How a segment is finished, a video joined and an
+animated image swapped (:mod:`fusion_ray.pipeline.animated`) is the runner's
+(:meth:`GroupBook.finish_segment`, :meth:`GroupBook.start_join`, :meth:`GroupBook.start_animation`):
+Ray tasks and actors in :mod:`fusion_ray.pipeline.run`, threads in :mod:`fusion_ray.runners.local`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fusion_ray.image import load_reference
+from fusion_ray.pipeline.animated import AnimatedResult
 from fusion_ray.pipeline.finalise import check_video, done_message
 from fusion_ray.pipeline.items import GroupContext, ItemInfo
 from fusion_ray.pipeline.plan import GroupPlan, ItemPlan, JobPlan
@@ -96,6 +98,11 @@ class GroupBook:
         """Join a video whose segments are all written (its outcome: :meth:`joined`)."""
         raise NotImplementedError
 
+    def start_animation(self, plan: ItemPlan) -> None:
+        """Swap an animated image whole (:func:`~fusion_ray.pipeline.animated.swap_animated`;
+        its outcome: :meth:`animated`)."""
+        raise NotImplementedError
+
     # ------------------------------------------------------------ shared
     def members(self) -> set[int]:
         return {p.index for p in self.items}
@@ -127,6 +134,8 @@ class GroupBook:
         result.warnings = list(planned.warnings)  # the same as before for an item planned on the driver
         self.total += plan.expected_frames
         if plan.kind is not ItemKind.VIDEO:
+            if plan.frames > 1:  # the read tasks never see it
+                self.start_animation(plan)
             self.report.settle([n])  # an image may have come back before its info
             return
         self.videos[n] = plan
@@ -175,6 +184,18 @@ class GroupBook:
         elif result.status == ItemStatus.PENDING:  # a read failure that came after all its frames stands
             result.status, result.error = ItemStatus.DONE, done_message(result)
         self.videos.pop(n, None)
+        self.report.settle([n])
+
+    def animated(self, n: int, done: AnimatedResult | None, error: BaseException | str | None) -> None:
+        """An animated image's swap ended (``error`` None: its output is in place)."""
+        result = self.results[n]
+        if done is None or error is not None:
+            result.fail(error or "the animated image was not swapped")
+        else:
+            result.frames, result.faces_swapped = done.frames, done.faces_swapped
+            result.warnings += [f"{result.target}: {change}" for change in done.changes]
+            result.status = ItemStatus.DONE
+            self.done_frames += done.frames
         self.report.settle([n])
 
     def fail_incomplete(self) -> None:

@@ -2,7 +2,8 @@
 
 ``plan_one`` plans an item the driver left unplanned (``plan_item``), gives it its parts key,
 makes its output folders, finds a video's segments an earlier run finished (to resume) and
-lists the units still to read. The Ray planning tasks (:mod:`fusion_ray.pipeline.stream`) and
+lists the units still to read (none for an animated image: the runner swaps it whole,
+:mod:`fusion_ray.pipeline.animated`). The Ray planning tasks (:mod:`fusion_ray.pipeline.stream`) and
 the local runner call it.
 """
 
@@ -70,7 +71,7 @@ def plan_one(given: ItemPlan, ctx: GroupContext, storage: Storage) -> tuple[Item
                     raise ValueError(f"item {plan.index}: a video planned without its parts key")
                 resumed = finished_segments(storage, plan.work_dir, plan.segments)
                 units = video_units(plan, ctx, set(resumed))
-            else:
+            elif plan.frames == 1:  # an animated image is swapped whole, apart (pipeline.animated)
                 units = [ReadUnit(plan.index, str(plan.item.target), ctx.source_of[plan.index], None, plan.frame_hw,
                                   target=image_target(plan, ctx))]
         except Exception as exc:  # this item fails alone (a model or Ray error is no planning error)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fusion_ray.errors import InputError
+from fusion_ray.fsutil import check_input_file, resolve_path
 from fusion_ray.pipeline.plan import Input, JobItem, Output, resolve_output
 from fusion_ray.storage import Location, Storage
 
@@ -97,8 +98,7 @@ def read_manifest(path: Path | str | Location, output_root: Output, storage: Sto
             raise InputError(f"manifest {location} has no rows")
         return [_item(row, f"{location} row {n + 1}", location.parent, output_root) for n, row in enumerate(rows)]
     path = location.path if isinstance(location, Location) else Path(location)
-    if not path.is_file():
-        raise InputError(f"file not found: {path}")
+    check_input_file(path, "manifest")
     base = path.parent
     if path.suffix.lower() == ".parquet":
         import pyarrow.parquet as pq
@@ -159,7 +159,13 @@ def expand_patterns(source_pattern: str, target_pattern: str, output_pattern: st
 
 
 def _resolved(found: Input) -> Input:
-    return found.resolve() if isinstance(found, Path) else found
+    """A match resolved through its links; a link loop kept as it is (planning fails its item)."""
+    if not isinstance(found, Path):
+        return found
+    try:
+        return resolve_path(found)
+    except InputError:
+        return found.absolute()
 
 
 def check_unique_outputs(items: Sequence[JobItem]) -> None:

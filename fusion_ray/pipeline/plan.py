@@ -19,21 +19,24 @@ is decoded only when its header says it may change); it creates no folder and wr
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from fusion_ray.config import EngineConfig, parse_config
+from fusion_ray.animation import check_animated_output, is_animated
 from fusion_ray.core.modelset import ModelInfo, inspect_models
-from fusion_ray.errors import ConfigError, FusionRayError, InputError, VideoError, describe_error
-from fusion_ray.facefusion_options import FACEFUSION_OPTIONS, apply_facefusion_options
-from fusion_ray.fsutil import check_not_an_input
-from fusion_ray.imageheader import ImageHeader, UnsupportedImageError, check_image_header
-from fusion_ray.imageio import DEFAULT_MAX_PIXELS, decode_image, format_changes
-from fusion_ray.pipeline.config import JobConfig
+from fusion_ray.errors import FusionRayError, InputError, VideoError, describe_error
+from fusion_ray.fsutil import check_input_file, check_not_an_input, resolve_path
+from fusion_ray.imageheader import SUPPORTED_FORMATS
+from fusion_ray.imageio import (
+    DEFAULT_MAX_PIXELS,
+    check_header,
+    check_image_suffix,
+    decode_image,
+    format_changes,
+)
+from fusion_ray.pipeline.config import JobConfig, with_overrides
 from fusion_ray.pipeline.parts import models_fingerprint, parts_folder, parts_key
 from fusion_ray.pipeline.report import ItemKind, ItemResult, ItemStatus, typed_error
 from fusion_ray.storage import Location, Storage, StorageConfig
@@ -91,6 +94,9 @@ class ItemPlan:
     format_changes: tuple[str, ...] = ()
     """What writing the item changes (:func:`fusion_ray.imageio.format_changes` for an image,
     :func:`fusion_ray.video.encode.pix_fmt_change` for a video)."""
+    frames: int = 1
+    """An image's frames: more than one for an animated GIF, WebP or APNG (swapped as a whole
+    by :mod:`fusion_ray.pipeline.animated`, not decoded by the read tasks)."""
     pix_fmt: str = ""
     """A video's encoded pixel format, chosen from its source's (:func:`~fusion_ray.video.encode.check_encodable`)."""
     warnings: tuple[str, ...] = ()
@@ -113,7 +119,7 @@ class ItemPlan:
     def expected_frames(self) -> int:
         """Frames the read tasks deliver: a video's segment plan (from its packets; not the
         container's sample count, which also counts the frames an edit list hides), or 1."""
-        return sum(s.frame_count for s in self.segments) if self.kind is ItemKind.VIDEO else 1
+        return sum(s.frame_count for s in self.segments) if self.kind is ItemKind.VIDEO else self.frames
 
     @property
     def work_dir(self) -> Output:
@@ -164,17 +170,24 @@ class JobPlan:
 
 def confine(output: Path, root: Path | None) -> Path:
     """``output`` resolved; InputError when it falls outside ``root``."""
-    resolved = output.expanduser().resolve()
+    resolved = resolve_path(output)
     if root is not None:
-        base = root.expanduser().resolve()
+        base = resolve_path(root)
         if not resolved.is_relative_to(base):
             raise InputError(f"output {output} is outside the output root {base}")
     return resolved
 
 
 def resolve_output(output: Output) -> Output:
-    """A local output resolved (``~``, links); an object's Location as it is."""
-    return output if isinstance(output, Location) else output.expanduser().resolve()
+    """A local output resolved (``~``, links); an object's Location as it is. Never raises: an
+    output that cannot be resolved (a symbolic-link loop) is kept absolute, and planning
+    fails its item (:func:`confine`)."""
+    if isinstance(output, Location):
+        return output
+    try:
+        return resolve_path(output)
+    except InputError:
+        return output.expanduser().absolute()
 
 
 def confine_output(output: Output, root: Output | None) -> Output:
@@ -251,9 +264,13 @@ def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Output | No
             check_not_an_input(item.output, _inputs(item, cfg), what="output")  # even with force
         if _output_exists(plan.output, storage) and not force:
             return dataclasses.replace(plan, status=ItemStatus.SKIPPED)
-        if not isinstance(item.target, Location) and not item.target.is_file():
-            raise InputError(f"file not found: {item.target}")
+        # a missing file, a link loop, a folder, a pipe, an empty or unreadable file, each named
+        for what, path in (("", item.target), *(("source", source) for source in item.sources)):
+            if not isinstance(path, Location):  # objects: by stat
+                check_input_file(path, what)
         stat = storage.stat(item.target)  # a missing object or bucket, refused credentials: one line
+        if stat.size == 0:  # before it is taken for an image or a video: neither reads nothing
+            raise InputError(f"{item.target} is empty (0 bytes)")
         if _is_video(item.target):
             plan = dataclasses.replace(plan, kind=ItemKind.VIDEO,
                                        fingerprints=((str(item.target), stat.fingerprint),
@@ -267,6 +284,11 @@ def plan_item(n: int, item: JobItem, cfg: JobConfig, *, output_root: Output | No
         log.info("%s: %s", item.target, error)  # the item's error: the CLI prints it once
         return dataclasses.replace(plan, status=ItemStatus.FAILED, error=error,
                                    cause=exc if isinstance(exc, FusionRayError) else None)
+    except Exception as exc:  # noqa: BLE001 - one item's surprise never stops the others
+        error = f"cannot plan this item: {typed_error(exc)}"
+        log.warning("%s: %s", item.target, error, exc_info=True)
+        return dataclasses.replace(plan, status=ItemStatus.FAILED, error=error)
+
 
 
 def _source_fingerprints(item: JobItem, cfg: JobConfig, storage: Storage) -> list[tuple[str, str]]:
@@ -341,46 +363,22 @@ def _plan_video(plan: ItemPlan, cfg: JobConfig, storage: Storage) -> ItemPlan:
 def _plan_image(plan: ItemPlan, storage: Storage) -> ItemPlan:
     """An image's size and format changes. Its size comes from its header; formats the header
     reader does not know (TIFF, GIF, ...), and images whose header says they may have more
-    than 8 bits or an alpha channel, are decoded. InputError when it is not a readable image
-    or too large."""
+    than 8 bits, an alpha channel or an EXIF orientation to apply, are decoded. InputError
+    when it is not a readable image or too large."""
     path = plan.item.target
     try:
         data = storage.read_bytes(path) if isinstance(path, Location) else path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    try:
-        header: ImageHeader | None = check_image_header(data, str(path), DEFAULT_MAX_PIXELS)
-    except UnsupportedImageError:
-        header = None
-    if header is not None and not header.may_lose_in_8_bit:
+    header = check_header(data, str(path), DEFAULT_MAX_PIXELS)
+    if is_animated(header):  # swapped frame by frame in a task of its own (pipeline.animated)
+        check_animated_output(header, plan.output.suffix, str(path))
+        return dataclasses.replace(plan, frame_hw=(header.height, header.width), frames=header.frames)
+    check_image_suffix(plan.output.suffix)  # an image item named .mp4: before any work, not the encoder's error
+    if header.format in SUPPORTED_FORMATS and not header.may_lose_in_8_bit and header.orientation == 1:
         return dataclasses.replace(plan, frame_hw=(header.height, header.width))
     loaded = decode_image(data, str(path), DEFAULT_MAX_PIXELS)
     height, width = loaded.frame.shape[:2]
     changes = tuple(format_changes(loaded, plan.output.suffix))
     return dataclasses.replace(plan, frame_hw=(int(height), int(width)), format_changes=changes,
                                warnings=tuple(f"{path}: {change}" for change in changes))
-
-
-def with_overrides(cfg: JobConfig, options: str) -> JobConfig:
-    """``cfg`` with an item's engine overrides (a JSON object) merged in: EngineConfig's own
-    nesting (``{"masks": {"types": ["box", "area"]}}``) or FaceFusion's option names
-    (``{"face_mask_types": ["box", "area"], "mouth_mask": true}``)."""
-    try:
-        overrides = json.loads(options or "{}")
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"item options are not valid JSON: {exc}") from exc
-    if not isinstance(overrides, dict):
-        raise ConfigError(f"item options must be a JSON object, got {options!r}")
-    if not overrides:
-        return cfg
-    facefusion = {key: overrides.pop(key) for key in list(overrides) if key in FACEFUSION_OPTIONS}
-    engine = _deep_merge(cfg.engine.model_dump(), overrides)
-    apply_facefusion_options(facefusion, engine)
-    return cfg.model_copy(update={"engine": parse_config(engine, EngineConfig, source="item options")})
-
-
-def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in extra.items():
-        out[key] = _deep_merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), dict) else value
-    return out

@@ -6,7 +6,8 @@ segment writers and streams the group through Ray Data: planning tasks, decode t
 slim output batch into the report and the segment tracker: an item's info row registers it
 (a video's segments, those an earlier run finished), a segment whose frames have all reached
 their writer is finished, and a video whose segments are all written is joined by a Ray task
-(:mod:`fusion_ray.pipeline.finalise`). Past planning (a few items, ``plan_on_driver``), the
+(:mod:`fusion_ray.pipeline.finalise`); an animated image is swapped whole by a Ray task
+(:mod:`fusion_ray.pipeline.animated`). Past planning (a few items, ``plan_on_driver``), the
 driver holds a few counters and a compact plan per item, never a frame or a video's timestamps. Whatever happens, the open segments of unfinished videos are
 aborted (their finished ones stay, for a re-run to resume) and the writers stopped.
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 import ray
 
+from fusion_ray.pipeline.animated import swap_animated
 from fusion_ray.pipeline.build import Sink, build_pipeline
 from fusion_ray.pipeline.config import FUSED_POOL, PipelineConfig
 from fusion_ray.pipeline.datasource import INFO_ROW, unpack
@@ -62,9 +64,13 @@ class GroupRun(GroupBook):
         self.writers: list[Any] = []
         self.finishing: dict[Any, SegmentKey] = {}
         self.joining: dict[Any, int] = {}
+        self.animating: dict[Any, int] = {}
+        """Tasks swapping an animated image (:mod:`fusion_ray.pipeline.animated`), by item."""
+        self.sources: Sources | None = None
 
     def execute(self, sources: Sources, progress: ProgressCallback | None, gpus_now: float) -> None:
         """Run every item; the cleanup always runs."""
+        self.sources = sources
         try:
             if not self.items:
                 return
@@ -75,6 +81,7 @@ class GroupRun(GroupBook):
         finally:
             self.report.frames += self.done_frames
             self._wait_for_joins()
+            self._stop_animations()
             cleanup(self.open_segments(), self.writers)
 
     def _start_writers(self) -> None:
@@ -139,8 +146,8 @@ class GroupRun(GroupBook):
 
     def _collect(self, *, block: bool) -> None:
         """Gather finished segments and joins (waiting for them all when ``block``)."""
-        while self.finishing or self.joining:
-            pending = [*self.finishing, *self.joining]
+        while self.finishing or self.joining or self.animating:
+            pending = [*self.finishing, *self.joining, *self.animating]
             ready, _ = ray.wait(pending, num_returns=1 if block else len(pending), timeout=None if block else 0)
             if not ready:
                 return
@@ -153,8 +160,32 @@ class GroupRun(GroupBook):
                         self.segment_finished(key, None, exc)
                     else:
                         self.segment_finished(key, path, None)
-                else:
+                elif ref in self.joining:
                     self._joined_ref(self.joining.pop(ref), ref)
+                else:
+                    self._animated_ref(self.animating.pop(ref), ref)
+
+    def start_animation(self, plan: ItemPlan) -> None:
+        assert self.sources is not None
+        identity = self.sources.identities[self.ctx.source_of[plan.index]]
+        engine = self.ctx.cfg.engine.in_ray_actor(gets_gpu=False)  # the task is given no GPU
+        ref = animated_task.remote(plan, engine, identity, self.sources.reference, self.ctx.storage)  # type: ignore[call-arg]
+        self.animating[ref] = plan.index
+
+    def _animated_ref(self, n: int, ref: Any) -> None:
+        try:
+            done = ray.get(ref)
+        except Exception as exc:
+            self.animated(n, None, exc)
+        else:
+            self.animated(n, done, None)
+
+    def _stop_animations(self) -> None:
+        """Animated images still being swapped (the group failed): stopped, their outputs never written."""
+        for ref, n in self.animating.items():
+            ray.cancel(ref, force=True)
+            self.animated(n, None, "stopped: the group failed before the animated image was swapped")
+        self.animating.clear()
 
     def _joined_ref(self, n: int, ref: Any) -> None:
         try:
@@ -179,6 +210,9 @@ class GroupRun(GroupBook):
 
 join_task = ray.remote(num_cpus=0.1, max_retries=0)(join_item)
 """``join_item`` as a Ray task (a joined output must not be written twice by a retry)."""
+
+animated_task = ray.remote(num_cpus=1, max_retries=0)(swap_animated)
+"""``swap_animated`` as a Ray task (a whole CPU: the engine's sessions are sized to one)."""
 
 
 def cleanup(open_keys: Sequence[SegmentKey], writers: Sequence[Any]) -> None:

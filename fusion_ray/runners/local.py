@@ -14,7 +14,7 @@
          | slim rows, item infos, outcomes (events)
     main thread      the job's bookkeeping (:class:`~fusion_ray.pipeline.group.GroupBook`, as the
                      Ray runner's driver): report, progress, segments finished, videos joined with
-                     their audio (``join_item``, in a small thread pool)
+                     their audio (``join_item``), animated images swapped whole (``swap_animated``), in a small thread pool
 
 ONNX Runtime, PyAV and OpenCV release the GIL, so the threads use the cores. Memory is bounded
 by the queues (:class:`~fusion_ray.pipeline.config.LocalConfig` says how much). A frame that
@@ -42,6 +42,7 @@ from fusion_ray.core.facebatch import FaceBatch, FrameBatch
 from fusion_ray.core.modelset import ModelSet
 from fusion_ray.core.steps import Chain, Rows, Tools, run_steps
 from fusion_ray.errors import is_fatal
+from fusion_ray.pipeline.animated import swap_animated
 from fusion_ray.pipeline.config import LocalConfig
 from fusion_ray.pipeline.finalise import join_item
 from fusion_ray.pipeline.group import GroupBook, PreparedGroup, ProgressCallback, prepare_group
@@ -104,7 +105,7 @@ class LocalRun(GroupBook):
         self.writer = SegmentWriter(self.ctx.cfg.pipeline.encode_options)
         self.finisher = ThreadPoolExecutor(max_workers=2, thread_name_prefix="local-finish")
         self.pending = 0
-        """Segments finishing and joins running (their outcome is an event to come)."""
+        """Segments finishing, joins and animated images running (their outcome is an event to come)."""
         self.clocks = {name: Clock() for name in self._stage_names()}
         self._left = {"decoders": local.decoders, "workers": local.workers}
         self._left_lock = threading.Lock()
@@ -161,6 +162,9 @@ class LocalRun(GroupBook):
             elif kind == "joined":
                 self.pending -= 1
                 self.joined(event[1], event[2])
+            elif kind == "animated":
+                self.pending -= 1
+                self.animated(event[1], event[2], event[3])
             elif kind == "encoded":
                 encoded = True
             if progress is not None and kind == "rows":
@@ -189,6 +193,18 @@ class LocalRun(GroupBook):
             self.events.put(("joined", n, exc))
         else:
             self.events.put(("joined", n, None))
+
+    def start_animation(self, plan: ItemPlan) -> None:
+        self.pending += 1
+        self.finisher.submit(self._animate, plan)
+
+    def _animate(self, plan: ItemPlan) -> None:
+        identity = self.sources.identities[self.ctx.source_of[plan.index]]
+        try:
+            done = swap_animated(plan, self.ctx.cfg.engine, identity, self.sources.reference, self.ctx.storage)
+            self.events.put(("animated", plan.index, done, None))
+        except Exception as exc:
+            self.events.put(("animated", plan.index, None, exc))
 
     # ------------------------------------------------------------ the threads
     def _thread(self, body: Any, name: str) -> threading.Thread:

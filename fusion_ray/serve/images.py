@@ -1,8 +1,9 @@
 """Uploaded images: header checks (the shared :mod:`fusion_ray.imageheader` reader) and decoding.
 
-The one place where image errors become HTTP answers: not an image in a supported format
-415, a malformed header or undecodable pixels 422, more pixels than ``limits.max_pixels``
-413 (read from the header, before any pixel is decoded).
+The one place where image errors become HTTP answers: not an image in a supported format,
+or an animated one (its other frames would be lost), 415, a malformed header or undecodable
+pixels 422, more pixels than ``limits.max_pixels`` 413 (read from the header, before any
+pixel is decoded).
 """
 
 from __future__ import annotations
@@ -32,9 +33,14 @@ def api_error(exc: InputError) -> ApiError:
 def check_image(data: bytes, name: str, max_pixels: int) -> ImageHeader:
     """The image's header after the size check (415/422/413 as above); nothing is decoded."""
     try:
-        return check_image_header(data, name, max_pixels)
+        header = check_image_header(data, name, max_pixels)
     except InputError as exc:
         raise api_error(exc) from exc
+    if header.frames > 1:  # its other frames would be lost, silently
+        raise ApiError(415, "unsupported_media_type",
+                       f"{name} is an animated {header.format.upper()} of {header.frames} frames: the service swaps "
+                       "still images (fusion-ray swap and job swap every frame)")
+    return header
 
 
 def decode(data: bytes, header: ImageHeader, name: str, max_pixels: int) -> LoadedImage:

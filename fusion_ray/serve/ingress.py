@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse, Response
 from fusion_ray.core.chain import Selection
 from fusion_ray.core.frames import FrameDone
 from fusion_ray.core.provenance import Provenance
-from fusion_ray.imageio import LoadedImage, encode_image
+from fusion_ray.imageio import FORMAT_CHANGES_KEY, LoadedImage, encode_image, format_changes
 from fusion_ray.live.hub import LiveHub
 from fusion_ray.serve.auth import BearerAuth, metrics_public
 from fusion_ray.serve.chain import Downstream, LocalStages
@@ -56,6 +56,7 @@ from fusion_ray.serve.placement import (
 from fusion_ray.serve.schemas import (
     FACES_DETECTED_HEADER,
     FACES_SWAPPED_HEADER,
+    FORMAT_CHANGES_HEADER,
     MEDIA_TYPES,
     STAND_IN_HEADER,
     SUFFIXES,
@@ -267,8 +268,9 @@ class IngressCore:
         made_by = await self.provenance(t, opts.enhance)
         if made_by.header_value():
             headers[STAND_IN_HEADER] = made_by.header_value()  # type: ignore[assignment]
+        metadata = {**made_by.metadata(), **_changes(loaded, opts.format, headers)}
         data = await self.thread(t, "encode", encode_image, done.frame, SUFFIXES[opts.format], alpha=loaded.alpha,
-                                 metadata=made_by.metadata(), jpeg_quality=opts.jpeg_quality)
+                                 metadata=metadata, jpeg_quality=opts.jpeg_quality)
         headers["Server-Timing"] = t.server_timing()
         return Response(data, media_type=MEDIA_TYPES[opts.format], headers=headers)
 
@@ -286,7 +288,8 @@ class IngressCore:
         if req.target_header.format == opts.format:
             return Response(req.target.data, media_type=MEDIA_TYPES[opts.format], headers=headers)
         data = await self.thread(t, "encode", encode_image, loaded.frame, SUFFIXES[opts.format],
-                                 alpha=loaded.alpha, jpeg_quality=opts.jpeg_quality)
+                                 alpha=loaded.alpha, jpeg_quality=opts.jpeg_quality,
+                                 metadata=_changes(loaded, opts.format, headers))
         return Response(data, media_type=MEDIA_TYPES[opts.format], headers=headers)
 
     # ------------------------------------------------------------ ops
@@ -301,3 +304,12 @@ class IngressCore:
                       {"model": model, "precision": value}, 1.0) for model, value in made_by.precisions]
         gauges = [*ingress_gauges(self.replica, self.limiter, self.uploads), *live, *precision]
         return await self.downstream.render_metrics(Timings(self.metrics), gauges)
+
+
+def _changes(loaded: LoadedImage, fmt: str, headers: dict[str, str]) -> dict[str, str]:
+    """What writing ``loaded`` as ``fmt`` changes (an EXIF orientation applied, alpha dropped,
+    16 to 8 bits), as the image command records it: output metadata, and a response header."""
+    changes = "; ".join(format_changes(loaded, SUFFIXES[fmt]))
+    if changes:
+        headers[FORMAT_CHANGES_HEADER] = changes
+    return {FORMAT_CHANGES_KEY: changes} if changes else {}

@@ -15,6 +15,8 @@ API_VERSION = "v1"
 STAND_IN_HEADER = "X-Fusion-Ray-Stand-In"
 FACES_DETECTED_HEADER = "X-Fusion-Ray-Faces-Detected"
 FACES_SWAPPED_HEADER = "X-Fusion-Ray-Faces-Swapped"
+FORMAT_CHANGES_HEADER = "X-Fusion-Ray-Format-Changes"
+"""What writing the output changed (an EXIF orientation applied, alpha dropped, 16 to 8 bits)."""
 MEDIA_TYPES = {"png": "image/png", "jpeg": "image/jpeg"}
 SUFFIXES = {"png": ".png", "jpeg": ".jpg"}
 

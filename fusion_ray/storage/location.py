@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from fusion_ray.errors import InputError
+from fusion_ray.fsutil import resolve_path
 from fusion_ray.storage.errors import LocationError
 
 LOCAL = "file"
@@ -177,7 +178,7 @@ def is_under(location: Location, root: Location) -> bool:
     if location.scheme != root.scheme or location.bucket != root.bucket:
         return False
     if location.is_local:
-        return Path(location.key).resolve().is_relative_to(Path(root.key).resolve())
+        return resolve_path(Path(location.key)).is_relative_to(resolve_path(Path(root.key)))
     if not root.key:
         return True
     return location.key == root.key or location.key.startswith(root.key + "/")
@@ -185,7 +186,7 @@ def is_under(location: Location, root: Location) -> bool:
 
 def confine(location: Location, root: Location | None) -> Location:
     """``location`` (resolved when local); InputError when it falls outside ``root``."""
-    resolved = Location(LOCAL, "", str(Path(location.key).resolve())) if location.is_local else location
+    resolved = Location(LOCAL, "", str(resolve_path(Path(location.key)))) if location.is_local else location
     if root is not None and not is_under(location, root):
         raise InputError(f"output {location} is outside the output root {root}")
     return resolved

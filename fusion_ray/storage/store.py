@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import glob as globlib
+import logging
 import os
 import shutil
 import tempfile
@@ -32,6 +33,7 @@ from typing import IO, Any, TypeVar
 
 import pyarrow.fs as pafs
 
+from fusion_ray.errors import one_line
 from fusion_ray.fsutil import atomic_path, atomic_write_bytes, check_writable_dir
 from fusion_ray.storage.config import StorageConfig, make_filesystem
 from fusion_ray.storage.errors import (
@@ -41,8 +43,10 @@ from fusion_ray.storage.errors import (
     translate,
 )
 from fusion_ray.storage.location import Location, match_segments, parse_location, split_pattern
+from fusion_ray.storage.uploads import abort_uploads
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 LocationLike = Location | str | os.PathLike[str]
 UPLOAD_CHUNK_BYTES = 8 << 20
 
@@ -196,9 +200,9 @@ class Storage:
         if loc.is_local:
             self._call(loc, "write", lambda: _publish_local(local_file, loc.path, move=move))
             return
-        self._call(loc, "write", lambda: pafs.copy_files(
+        self._upload(loc, lambda: pafs.copy_files(
             str(local_file), loc.fs_path, source_filesystem=pafs.LocalFileSystem(),
-            destination_filesystem=self.filesystem(loc), chunk_size=UPLOAD_CHUNK_BYTES))
+            destination_filesystem=self.filesystem(loc), chunk_size=UPLOAD_CHUNK_BYTES), local_file.stat().st_size)
         if move:
             local_file.unlink()
 
@@ -214,7 +218,42 @@ class Storage:
             stream.write(data)
             stream.close()
 
-        self._call(loc, "write", put)
+        self._upload(loc, put, len(data))
+
+    def _upload(self, loc: Location, upload: Callable[[], None], size: int) -> None:
+        """``upload()`` of ``size`` bytes to an object, then checked there (pyarrow's copy only
+        logs a part that failed). When it fails, the parts of an unfinished multipart upload of
+        that key are aborted (a stalled store leaves them), or the error says they remain."""
+        def upload_and_check() -> None:
+            upload()
+            info = self.filesystem(loc).get_file_info(loc.fs_path)
+            if info.type != pafs.FileType.File or info.size != size:
+                held = f"{info.size} of {size} bytes" if info.type == pafs.FileType.File else "nothing"
+                raise StorageError(f"{loc}: the upload did not complete (the store holds {held})")
+
+        try:
+            self._call(loc, "write", upload_and_check)
+        except StorageError as exc:
+            if loc.scheme != "s3":
+                raise
+            try:
+                abort_uploads(self.config.s3, loc.bucket, loc.key)
+            except Exception as abort_error:  # noqa: BLE001 - botocore's errors; the store may still be down
+                log.warning("%s: unfinished upload not aborted (%s)", loc, one_line(str(abort_error)))
+                raise type(exc)(f"{exc}; an unfinished upload of it may remain in the bucket: "
+                                "`fusion-ray job --clean-parts` aborts it") from exc
+            raise
+
+    def abort_uploads(self, prefix: LocationLike) -> int:
+        """Abort every unfinished multipart upload under ``prefix`` in a bucket (0 elsewhere)."""
+        loc = parse_location(prefix)
+        if loc.scheme != "s3":
+            return 0
+        key = f"{loc.key}/" if loc.key else ""
+        try:
+            return abort_uploads(self.config.s3, loc.bucket, key, prefix=True)
+        except Exception as exc:  # noqa: BLE001 - botocore's errors, as one line
+            raise StorageError(f"{loc}: cannot abort unfinished uploads: {one_line(str(exc))}") from exc
 
     @contextlib.contextmanager
     def open_output(self, location: LocationLike, spool_dir: Path | None = None) -> Iterator[IO[bytes]]:

@@ -1,5 +1,6 @@
 """The image command: exit codes, one-line errors, no partial outputs, odd input formats."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 
 from fusion_ray.cli import main
 from fusion_ray.imageio import read_image, read_jpeg_comments, read_png_text
-from tests.test_imageio import huge_png, limit_memory
+from tests.test_imageio import huge_png, limit_memory, sideways_jpeg
 
 
 @pytest.fixture
@@ -209,3 +210,93 @@ def test_an_8_bit_target_has_no_format_change(tmp_path, images_dir, model_args, 
                       *model_args], capsys)
     assert code == 0, err
     assert "written as" not in err and "fusion_ray.format_changes" not in read_png_text(out.read_bytes())
+
+
+@pytest.mark.parametrize(("kind", "output", "expected"), [
+    ("folder", "out.png", "--target {} is a folder, not a file"),
+    ("empty_video", "out.mp4", "--target {} is empty (0 bytes)"),
+    ("fifo", "out.png", "--target {} is not a regular file but a named pipe (FIFO)"),
+    ("loop", "out.png", "--target {} is a symbolic link loop"),
+])
+def test_a_target_that_is_no_readable_file_is_named_before_any_work(kind, output, expected, tmp_path, images_dir,
+                                                                   model_args, capsys):
+    target = tmp_path / {"folder": "dir.jpg", "empty_video": "empty.mp4", "fifo": "fifo.jpg", "loop": "loop.jpg"}[kind]
+    if kind == "folder":
+        target.mkdir()
+    elif kind == "empty_video":
+        target.write_bytes(b"")
+    elif kind == "fifo":
+        os.mkfifo(target)  # never opened: reading it would block
+    else:
+        target.symlink_to(tmp_path / "loop")
+        (tmp_path / "loop").symlink_to(target)
+    code, err = swap(["-s", str(images_dir / "obama.jpg"), "-t", str(target), "-o", str(tmp_path / output),
+                      *model_args], capsys)
+    assert code == 2, err
+    assert err.strip().splitlines() == [f"error: {expected.format(target)}"]
+
+
+def test_sideways_photos_are_swapped_upright_and_the_turn_is_recorded(tmp_path, images_dir, scrfd_path, capsys):
+    """JPEGs stored sideways with EXIF orientation 6 (a phone held sideways): faces are found
+    upright in the target and the source, and the output is written upright."""
+    target, source = tmp_path / "target.jpg", tmp_path / "source.jpg"
+    upright = read_image(images_dir / "biden.jpg").frame
+    target.write_bytes(sideways_jpeg(upright))
+    source.write_bytes(sideways_jpeg(read_image(images_dir / "obama.jpg").frame, orientation=8))
+    out = tmp_path / "out.png"
+    code, err = swap(["-s", str(source), "-t", str(target), "-o", str(out), "--swapper", "classic",
+                      "--model", f"scrfd_2.5g={scrfd_path}"], capsys)
+    assert code == 0, err
+    assert "1 of 1 face(s) swapped" in err
+    change = "EXIF orientation 6 applied: written upright, with no orientation tag"
+    assert f"WARNING: {target}: {change}" in err.splitlines()
+    assert read_png_text(out.read_bytes())["fusion_ray.format_changes"] == change
+    assert read_image(out).frame.shape == upright.shape
+
+
+def face_animation(images_dir, fmt: str, frames: int = 3) -> bytes:
+    """A short animation of a face moving right (4 px a frame), 40/80/120 ms frames, looping forever."""
+    import io
+
+    from PIL import Image
+
+    face = read_image(images_dir / "obama.jpg").frame
+    face = cv2.resize(face, (face.shape[1] // 3, face.shape[0] // 3))
+    shifted = [cv2.warpAffine(face, np.float32([[1, 0, 4 * i], [0, 1, 0]]), face.shape[1::-1]) for i in range(frames)]
+    images = [Image.fromarray(np.ascontiguousarray(f[..., ::-1])) for f in shifted]
+    buffer = io.BytesIO()
+    images[0].save(buffer, fmt, save_all=True, append_images=images[1:], duration=[40, 80, 120][:frames], loop=0)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(("fmt", "suffix"), [("GIF", ".gif"), ("WEBP", ".webp"), ("PNG", ".png")])
+def test_every_frame_of_an_animated_image_is_swapped_and_kept(fmt, suffix, tmp_path, images_dir, scrfd_path, capsys):
+    from PIL import Image
+
+    target = tmp_path / f"anim{suffix}"
+    target.write_bytes(face_animation(images_dir, fmt))
+    out = tmp_path / f"out{suffix}"
+    code, err = swap(["-s", str(images_dir / "biden.jpg"), "-t", str(target), "-o", str(out), "--swapper", "classic",
+                      "--model", f"scrfd_2.5g={scrfd_path}"], capsys)
+    assert code == 0, err
+    assert "3 of 3 face(s) swapped in 3 frames" in err
+    with Image.open(target) as before, Image.open(out) as after:
+        assert after.n_frames == 3 and after.info.get("loop") == 0
+        for index in range(3):
+            before.seek(index)
+            after.seek(index)
+            after.load()
+            assert after.info["duration"] == [40, 80, 120][index]
+            difference = np.abs(np.asarray(before.convert("RGB"), int) - np.asarray(after.convert("RGB"), int))
+            assert difference.mean() > 1  # this frame was swapped, not a copy of the first
+
+
+def test_an_animated_image_to_a_one_frame_format_is_refused_before_any_work(tmp_path, images_dir, scrfd_path, capsys):
+    target = tmp_path / "anim.gif"
+    target.write_bytes(face_animation(images_dir, "GIF"))
+    code, err = swap(["-s", str(images_dir / "biden.jpg"), "-t", str(target), "-o", str(tmp_path / "out.jpg"),
+                      "--swapper", "classic", "--model", f"scrfd_2.5g={scrfd_path}"], capsys)
+    assert code == 2
+    assert err.strip().splitlines()[-1] == (f"error: {target} is an animated GIF of 3 frames, and '.jpg' holds one "
+                                            "frame: write it as .gif, .webp or .png (APNG)")
+    assert not (tmp_path / "out.jpg").exists()

@@ -79,7 +79,8 @@ def test_a_bad_video_is_refused_before_ray_starts(kind, tmp_path, images_dir):
                            "--no-progress-bars"], capture_output=True, text=True, timeout=300)
     assert proc.stdout.split() == ["2", "False"], proc.stderr  # exit 2, and Ray never started
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: cannot open video {clip}: "), proc.stderr
+    expected = f"error: --target {clip} is empty (0 bytes)" if kind == "empty" else f"error: cannot open video {clip}: "
+    assert len(lines) == 1 and lines[0].startswith(expected), proc.stderr
 
 
 def test_a_frame_size_the_encoder_refuses_is_an_error_before_ray(tmp_path, images_dir):

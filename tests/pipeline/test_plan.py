@@ -1,6 +1,7 @@
 """The planner (no Ray): each kind of item gets its kind, segments, frame count and status."""
 
 import json
+import os
 import shutil
 from fractions import Fraction
 
@@ -26,6 +27,11 @@ def files(tmp_path_factory):
     cv2.imwrite(str(root / "photo.tif"), np.full((70, 40, 3), 90, np.uint8))  # no header reader: decoded
     (root / "empty.png").write_bytes(b"")
     (root / "exists.png").write_bytes(b"already there")
+    (root / "empty.mp4").write_bytes(b"")
+    (root / "dir.png").mkdir()
+    os.mkfifo(root / "fifo.png")
+    for a, b in (("loop", "loop.png"), ("loop.png", "loop"), ("o_loop", "o_loop.png"), ("o_loop.png", "o_loop")):
+        (root / a).symlink_to(root / b)
     return {
         "root": root,
         "clip": make_test_video(root / "clip.mp4", n_frames=40, **CLIP),
@@ -51,7 +57,14 @@ TABLE = [
     ("bad.mp4", "o/bad.mp4", (ItemKind.VIDEO, ItemStatus.FAILED, 0, "bad.mp4")),
     ("clip.mp4", "o/clip.mkv", (ItemKind.VIDEO, ItemStatus.FAILED, 0, "must end in .mp4, .m4v or .mov")),
     ("missing.mp4", "o/missing.mp4", (ItemKind.UNKNOWN, ItemStatus.FAILED, 0, "file not found")),
-    ("empty.png", "o/empty.png", (ItemKind.IMAGE, ItemStatus.FAILED, 0, "empty.png is empty")),
+    ("empty.png", "o/empty.png", (ItemKind.UNKNOWN, ItemStatus.FAILED, 0, "empty.png is empty (0 bytes)")),
+    # each bad kind is its item's failure, named before any work (it once raised out of the planner)
+    ("loop.png", "o/loop.png", (ItemKind.UNKNOWN, ItemStatus.FAILED, 0, "loop.png is a symbolic link loop")),
+    ("photo.png", "o_loop.png", (ItemKind.UNKNOWN, ItemStatus.FAILED, 0, "o_loop.png is a symbolic link loop")),
+    ("dir.png", "o/dir.png", (ItemKind.UNKNOWN, ItemStatus.FAILED, 0, "dir.png is a folder, not a file")),
+    ("fifo.png", "o/fifo.png", (ItemKind.UNKNOWN, ItemStatus.FAILED, 0, "not a regular file but a named pipe")),
+    ("empty.mp4", "o/empty.mp4", (ItemKind.UNKNOWN, ItemStatus.FAILED, 0, "empty.mp4 is empty (0 bytes)")),
+    ("photo.png", "o/photo.mp4", (ItemKind.IMAGE, ItemStatus.FAILED, 0, "cannot write images with extension '.mp4'")),
     ("photo.png", "exists.png", (ItemKind.UNKNOWN, ItemStatus.SKIPPED, 0, "")),
     ("photo.png", "../escape.png", (ItemKind.UNKNOWN, ItemStatus.FAILED, 0, "outside the output root")),
 ]

@@ -28,6 +28,7 @@ from fusion_ray.engine import Engine
 from fusion_ray.imageio import decode_image, encode_image, read_jpeg_comments, read_png_text
 from fusion_ray.serve.metrics import histogram_max_bucket, parse_exposition
 from tests.procs import free_port
+from tests.test_imageio import sideways_jpeg
 
 pytestmark = pytest.mark.ray
 
@@ -487,3 +488,18 @@ def test_the_load_client_against_the_service(service, images_dir):
     assert rows[0].ok >= 1 and rows[0].p50_ms > 0 and rows[0].max_swap_batch >= 1
     assert {"detect", "swap", "encode"} <= set(rows[0].stage_ms)
     assert lines and "concurrency 2" in lines[0]
+
+
+def test_a_sideways_photo_is_swapped_upright_and_the_turn_is_recorded(service, engine, images_dir):
+    """JPEGs stored sideways with EXIF orientation 6: the target and the inline source are read
+    upright, the output is upright, and the turn is in its metadata and a header."""
+    target = sideways_jpeg(decode_image((images_dir / "biden.jpg").read_bytes()).frame)
+    source = sideways_jpeg(decode_image((images_dir / "obama.jpg").read_bytes()).frame)
+    response = swap(service, target, sources=(source,), format="png")
+    assert response.status_code == 200, response.text
+    identity = engine.prepare_source([decode_image(source).frame])
+    expected = engine.process_frame(decode_image(target).frame, identity).frame
+    assert np.array_equal(decoded(response), expected)  # upright, as the in-process engine sees it
+    change = "EXIF orientation 6 applied: written upright, with no orientation tag"
+    assert response.headers["X-Fusion-Ray-Format-Changes"] == change
+    assert read_png_text(response.content)["fusion_ray.format_changes"] == change

@@ -703,3 +703,18 @@ def test_no_page_loads_anything_from_another_host():
     status, page = _asgi_get(api, "/live")
     assert status == 200 and b"getUserMedia" in page
     assert not re.findall(rb"(?:src|href)\s*=\s*[\"']?(?:https?:)?//", page)  # no script or style from elsewhere
+
+
+@pytest.mark.parametrize("fmt", ["WEBP", "PNG"])
+def test_an_animated_upload_is_415_not_its_first_frame(fmt):
+    import io
+
+    from PIL import Image
+
+    frames = [Image.fromarray(np.full((8, 8, 3), level, np.uint8)) for level in (0, 128, 255)]
+    buffer = io.BytesIO()
+    frames[0].save(buffer, fmt, save_all=True, append_images=frames[1:], duration=50)
+    with pytest.raises(ApiError) as err:
+        check_image(buffer.getvalue(), "target image", max_pixels=10**6)
+    assert err.value.status == 415
+    assert f"target image is an animated {fmt} of 3 frames" in err.value.body()["detail"]
