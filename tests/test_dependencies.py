@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import ast
 import sys
+import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
-import tomllib
 from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parents[1]

@@ -144,7 +144,7 @@ def run_bench(options: BenchOptions, progress: Progress | None = None) -> BenchR
         raise ValueError(f"unknown parts {sorted(unknown)}; choose from {PARTS}")
     say = progress or (lambda message: None)
     machine = machine_info()
-    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    created = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     models, sources, face = prepare(options)
     report = BenchReport(command=options.command, created=created, machine=machine, models=models)
     if models.stand_in_models:

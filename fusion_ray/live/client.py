@@ -211,7 +211,7 @@ async def run_stream(url: str, start: dict[str, Any], source: FrameSource, *, se
                            open_timeout=30) as ws:
             return await stream_over(ws, start, source, seconds=seconds, max_frames=max_frames,
                                      on_result=on_result, blocking_source=blocking_source, drain_s=drain_s)
-    except (OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, OSError) as exc:
         raise LiveClientError(f"cannot stream to {url}: {type(exc).__name__}: {exc}") from exc
 
 

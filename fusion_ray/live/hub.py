@@ -87,7 +87,7 @@ class LiveHub:
         """Run one accepted connection to its end (never raises for client behaviour)."""
         try:
             first = await asyncio.wait_for(transport.receive(), self.cfg.start_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return await self._refuse(transport, CLOSE_POLICY, "start_timeout", "no start message in time")
         except TransportClosed:
             return _summary("", "disconnected")

@@ -241,7 +241,7 @@ class Stream:
         timeout = max(0.0, item.deadline - self.clock()) + self.cfg.work_timeout_s
         try:
             message = await asyncio.wait_for(self._work(item, plan, quality), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.drop(item.seq, "deadline")
             return
         except _BadFrame:

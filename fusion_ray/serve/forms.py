@@ -175,5 +175,5 @@ async def read_form(chunks: AsyncIterator[bytes], content_type: str | None, *, m
     parser = FormParser(content_type, max_parts)  # 415 before reading a body we cannot use
     try:
         return await asyncio.wait_for(_feed_capped(parser, chunks, max_bytes), timeout_s)
-    except asyncio.TimeoutError as exc:
+    except TimeoutError as exc:
         raise ApiError(408, "receive_timeout", f"the request body did not arrive within {timeout_s:g} s") from exc

@@ -136,7 +136,7 @@ async def wait_for(awaitable, timeout_s: float, stage: str):  # type: ignore[no-
 
     try:
         return await asyncio.wait_for(_await(), timeout_s)
-    except asyncio.TimeoutError as exc:
+    except TimeoutError as exc:
         cancel = getattr(awaitable, "cancel", None)
         if callable(cancel):
             cancel()

@@ -25,7 +25,7 @@ async def _probe(make: Callable[[], Any]) -> tuple[str, str, dict[str, ModelInfo
     """(generic state, state with the error type, model info) of one deployment."""
     try:
         return "ready", "ready", await asyncio.wait_for(_awaited(make()), READY_TIMEOUT_S)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         state = f"no answer within {READY_TIMEOUT_S:g} s"
         return state, state, {}
     except Exception as exc:  # the message goes to the log only

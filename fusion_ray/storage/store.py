@@ -341,5 +341,5 @@ def _parse_time(text: str) -> int | None:
         except (TypeError, ValueError):
             return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
+        when = when.replace(tzinfo=dt.UTC)
     return int(when.timestamp()) * 1_000_000_000
