@@ -13,10 +13,14 @@ own loop over the same files (:mod:`fusion_ray.bench.insightface_loop`: one fram
 ``FaceAnalysis.get`` then ``INSwapper.get``; its model loading not counted), and every runner
 uses the same model files: the given detector, and the embedder and inswapper of ``models_dir``
 (real files, or labelled stand-ins) instead of the classic swapper.
+
+``settings`` runs every workload on the local and Ray runners once per named set of extra
+``fusion-ray job`` options (e.g. FaceFusion's mask options against the box mask alone).
 """
 
 from __future__ import annotations
 
+import shlex
 import tempfile
 import time
 from collections.abc import Sequence
@@ -47,6 +51,20 @@ class RunnerResult:
     """From the job's planning to its first output frame (the report's)."""
     steady_fps: float
     status: str
+    setting: str = ""
+    """The name of the extra job options the run had (empty: none)."""
+
+
+Setting = tuple[str, list[str]]
+"""A name and the extra ``fusion-ray job`` options it stands for."""
+
+
+def parse_setting(text: str) -> Setting:
+    """``NAME=OPTIONS`` (shell-split), e.g. ``masks=--face-mask-types box occlusion``."""
+    name, sep, options = text.partition("=")
+    if not sep or not name.strip():
+        raise InputError(f"--setting: expected NAME=OPTIONS, got {text!r}")
+    return name.strip(), shlex.split(options)
 
 
 def make_group_clips(folder: Path, count: int, photo: Path, *, frames: int) -> list[Path]:
@@ -65,14 +83,15 @@ def engine_args(scrfd: Path, models_dir: Path | None) -> list[str]:
 
 
 def run_one(workload: str, runner: str, *, source: Path, targets: str, scrfd: Path, work: Path,
-            models_dir: Path | None = None) -> RunnerResult:
-    """One ``fusion-ray job`` over ``targets`` (a glob) with ``runner``."""
-    out = work / f"out_{workload}_{runner}"
+            models_dir: Path | None = None, setting: Setting = ("", [])) -> RunnerResult:
+    """One ``fusion-ray job`` over ``targets`` (a glob) with ``runner`` and the setting's options."""
+    label = f"{workload}_{runner}_{setting[0]}".replace(" ", "_")
+    out = work / f"out_{label}"
     out.mkdir(parents=True, exist_ok=True)
-    report = work / f"report_{workload}_{runner}.json"
+    report = work / f"report_{label}.json"
     args = ["job", "--runner", runner, "--source-pattern", str(source), "--target-pattern", targets,
             "--output-pattern", "{target_name}.{target_extension}", "--output-root", str(out), "--report",
-            str(report), *engine_args(scrfd, models_dir), "--no-progress-bars", "--force"]
+            str(report), *engine_args(scrfd, models_dir), *setting[1], "--no-progress-bars", "--force"]
     run = run_command(args, report)
     data: dict[str, Any] = run.report
     frames = int(data.get("frames", 0))
@@ -81,7 +100,7 @@ def run_one(workload: str, runner: str, *, source: Path, targets: str, scrfd: Pa
     steady = (frames - 1) / (wall - first) if first is not None and frames > 1 and wall > first else 0.0
     counts = data.get("counts", {})
     status = "ok" if run.code == 0 and set(counts) == {"done"} else f"exit {run.code}: {run.stderr[-300:]}"
-    return RunnerResult(workload, runner, frames, run.wall_s, first, steady, status)
+    return RunnerResult(workload, runner, frames, run.wall_s, first, steady, status, setting[0])
 
 
 def run_insightface(workload: str, python: str, *, source: Path, files: Sequence[Path], scrfd: Path,
@@ -102,7 +121,8 @@ def run_insightface(workload: str, python: str, *, source: Path, files: Sequence
 def bench_runners(*, photos: Sequence[Path], group_photo: Path, scrfd: Path, clip_frames: int = 275,
                   clip_counts: Sequence[int] = (1,), image_counts: Sequence[int] = (50,),
                   runners: Sequence[str] = RUNNER_NAMES, work_dir: Path | None = None,
-                  models_dir: Path | None = None, insightface_python: str | None = None) -> list[dict[str, Any]]:
+                  models_dir: Path | None = None, insightface_python: str | None = None,
+                  settings: Sequence[Setting] = (("", []),)) -> list[dict[str, Any]]:
     """Every workload through every runner, one after the other (same files, same settings)."""
     if INSIGHTFACE in runners and (insightface_python is None or models_dir is None):
         raise InputError("the insightface runner needs --insightface-python and --models-dir (its inswapper)")
@@ -124,8 +144,9 @@ def bench_runners(*, photos: Sequence[Path], group_photo: Path, scrfd: Path, cli
                                                    scrfd=scrfd, models_dir=models_dir, work=work))
                     continue
                 targets = str(files[0].parent / f"*{files[0].suffix}")
-                results.append(run_one(workload, runner, source=photos[0], targets=targets, scrfd=scrfd, work=work,
-                                       models_dir=models_dir))
+                for setting in settings:
+                    results.append(run_one(workload, runner, source=photos[0], targets=targets, scrfd=scrfd,
+                                           work=work, models_dir=models_dir, setting=setting))
         return [asdict(r) for r in results]
 
 
@@ -139,6 +160,7 @@ def render_markdown(results: Sequence[dict[str, Any]]) -> str:
         first = "-" if r["first_frame_s"] is None else f"{r['first_frame_s']:.2f}"
         base = loop.get(r["workload"])
         ratio = f"{base / r['wall_s']:.2f}x" if base and r["wall_s"] > 0 else "-"
-        lines.append(f"| {r['workload']} | {r['runner']} | {r['frames']} | {r['wall_s']:.1f} | {first} | "
+        runner = f"{r['runner']} ({r['setting']})" if r.get("setting") else r["runner"]
+        lines.append(f"| {r['workload']} | {runner} | {r['frames']} | {r['wall_s']:.1f} | {first} | "
                      f"{r['steady_fps']:.1f} | {ratio} | {r['status']} |")
     return "\n".join(lines)

@@ -26,6 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--insightface-python", help="a Python with insightface (the insightface runner)")
     parser.add_argument("--models-dir", type=Path, help="swap with the inswapper of this folder (and its embedder) "
                         "on every runner instead of the classic swapper")
+    parser.add_argument("--setting", action="append", default=[], metavar="NAME=OPTIONS",
+                        help="run every workload once per setting: a name and extra `fusion-ray job` options, "
+                             "e.g. 'masks=--face-mask-types box occlusion region' (repeatable; default: none)")
     parser.add_argument("--work-dir", type=Path, help="keep the media and outputs here")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.set_defaults(run=run)
@@ -36,13 +39,14 @@ def _counts(text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fusion_ray.bench.runners import bench_runners, render_markdown
+    from fusion_ray.bench.runners import bench_runners, parse_setting, render_markdown
 
     results = bench_runners(photos=args.photos, group_photo=args.group_photo, scrfd=args.scrfd,
                             clip_frames=args.clip_frames, clip_counts=_counts(args.clips),
                             image_counts=_counts(args.images), runners=args.runners.split(","),
                             work_dir=args.work_dir, models_dir=args.models_dir,
-                            insightface_python=args.insightface_python)
+                            insightface_python=args.insightface_python,
+                            settings=[parse_setting(s) for s in args.setting] or [("", [])])
     print(render_markdown(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

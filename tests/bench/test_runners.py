@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from fusion_ray.bench.runners import bench_runners, render_markdown
+from fusion_ray.bench.runners import bench_runners, parse_setting, render_markdown
 from fusion_ray.errors import InputError
 
 
@@ -26,3 +26,13 @@ def test_the_insightface_runner_needs_its_python_and_the_inswapper_folder(tmp_pa
     with pytest.raises(InputError, match="--insightface-python and --models-dir"):
         bench_runners(photos=[tmp_path / "a.jpg"], group_photo=tmp_path / "g.jpg", scrfd=tmp_path / "s.onnx",
                       runners=["local", "insightface"], models_dir=tmp_path)
+
+
+def test_a_setting_is_a_name_and_shell_split_job_options_shown_beside_the_runner() -> None:
+    assert parse_setting("masks=--face-mask-types box 'occlusion' region") == (
+        "masks", ["--face-mask-types", "box", "occlusion", "region"])
+    assert parse_setting("box=") == ("box", [])
+    with pytest.raises(InputError, match="NAME=OPTIONS"):
+        parse_setting("--face-mask-types box")
+    table = render_markdown([{**_row("clip", "local", 4.0), "setting": "masks"}])
+    assert "| clip | local (masks) | 10 | 4.0 |" in table
