@@ -45,8 +45,9 @@ class Follower(Protocol):
 
 
 @dataclass(frozen=True)
-class FrameJob:
-    """One frame and how to process it.
+class FrameRequest:
+    """One frame and how to process it, before its source is known (what the service's ingress
+    and live streams hand to the placed chain, :mod:`fusion_ray.serve.placement`).
 
     ``enhance_blend`` None: no enhancer. ``detector_size``: a smaller canvas (a live stream's
     level 3). ``follower``: a live stream's; with ``follow`` its faces are re-detected on crops
@@ -54,14 +55,21 @@ class FrameJob:
     """
 
     frame: Frame
-    source_id: str
-    identity: SourceIdentity
     selection: chain.Selection
     enhance_blend: float | None = None
     detector_size: int | None = None
     seq: int = 0
     follow: bool = False
     follower: Follower | None = None
+
+
+@dataclass(frozen=True)
+class FrameJob:
+    """A :class:`FrameRequest` with its source: what :class:`FrameChain` runs."""
+
+    request: FrameRequest
+    source_id: str
+    identity: SourceIdentity
 
 
 @dataclass(frozen=True)
@@ -94,7 +102,7 @@ class FrameChain:
     runs its steps up to selection, :meth:`swap` the rest, :meth:`run` both."""
 
     def __init__(self, cfg: EngineConfig, models: ModelSet) -> None:
-        # Enhancement is each frame's choice (FrameJob.enhance_blend), so its steps are in the chain.
+        # Enhancement is each frame's choice (FrameRequest.enhance_blend), so its steps are in the chain.
         cfg = cfg.model_copy(update={"enhance": cfg.enhance.model_copy(update={"enabled": True})})
         self.tools = Tools(cfg, models)
         self.tools.detector()  # no detector: fail here, not on the first frame
@@ -117,13 +125,13 @@ class FrameChain:
         rows_given = [i for i, f in enumerate(followed) if f is not None]
         faces = FaceBatch.merge([f for f in followed if f is not None], rows_given)
         rows = self._rows(jobs, given, np.asarray([len(f) if f is not None else 0 for f in followed], np.int32))
-        done = self.finding.run(self.tools, rows, FrameBatch([j.frame for j in jobs], errors, faces))
+        done = self.finding.run(self.tools, rows, FrameBatch([j.request.frame for j in jobs], errors, faces))
         detected = done.counter("faces_detected")
         found = []
         for i, job in enumerate(jobs):
             mine = _one_frame(done.faces, i) if not errors[i] else FaceBatch.empty()
-            if job.follower is not None and not given[i] and not errors[i]:
-                job.follower.detected(job.seq, mine, _hw(job.frame))
+            if job.request.follower is not None and not given[i] and not errors[i]:
+                job.request.follower.detected(job.request.seq, mine, _hw(job.request.frame))
             found.append(FoundFaces(mine, int(detected[i]) if not errors[i] else 0, errors[i]))
         return found
 
@@ -133,29 +141,30 @@ class FrameChain:
         errors = [f.error for f in found]
         faces = FaceBatch.merge([f.faces for f in found], range(len(found)))
         rows = self._rows(jobs, np.ones(len(jobs), bool), np.asarray([f.detected for f in found], np.int32))
-        done = self.rest.run(self.tools, rows, FrameBatch([job.frame for job in jobs], errors, faces))
+        done = self.rest.run(self.tools, rows, FrameBatch([job.request.frame for job in jobs], errors, faces))
         none = np.zeros((0, 5, 2), np.float32)
-        return [FrameDone(done.frames[i] if not errors[i] else job.frame, f.detected,
-                          f.faces.landmarks_5 if not errors[i] else none, errors[i], job.follower)
+        return [FrameDone(done.frames[i] if not errors[i] else job.request.frame, f.detected,
+                          f.faces.landmarks_5 if not errors[i] else none, errors[i], job.request.follower)
                 for i, (job, f) in enumerate(zip(jobs, found, strict=True))]
 
     def _rows(self, jobs: Sequence[FrameJob], given: np.ndarray, found: np.ndarray) -> Rows:
-        return Rows([job.selection for job in jobs], [job.source_id for job in jobs],
+        return Rows([job.request.selection for job in jobs], [job.source_id for job in jobs],
                     {job.source_id: job.identity for job in jobs}, given, found,
-                    canvases=[job.detector_size for job in jobs], blends=[job.enhance_blend for job in jobs])
+                    canvases=[job.request.detector_size for job in jobs],
+                    blends=[job.request.enhance_blend for job in jobs])
 
     def _followed(self, job: FrameJob, errors: list[str], row: int) -> FaceBatch | None:
         """The job's faces re-detected on crops around their predictions (None: detect the frame)."""
-        follower = job.follower
-        predictions = follower.predictions(job.seq, job.follow) if follower is not None else []
+        follower = job.request.follower
+        predictions = follower.predictions(job.request.seq, job.request.follow) if follower is not None else []
         if follower is None or not predictions:
             return None
 
         def follow() -> FaceBatch | None:
             assert follower is not None
             detector = self.tools.detector(self.tools.cfg.tracking.roi_canvas, square=True)
-            roi = redetect(job.frame, detector, predictions, self.tools.cfg.tracking, follower.crops)
-            return follower.followed(job.seq, roi, _hw(job.frame))
+            roi = redetect(job.request.frame, detector, predictions, self.tools.cfg.tracking, follower.crops)
+            return follower.followed(job.request.seq, roi, _hw(job.request.frame))
 
         faces = chain.guarded(errors, row, "detect", follow, None)
         return replace(faces, source_id=np.full(len(faces), job.source_id, object)) if faces is not None else None

@@ -12,7 +12,7 @@ import asyncio
 import threading
 
 from fusion_ray.core import chain
-from fusion_ray.core.frames import FrameChain, FrameJob
+from fusion_ray.core.frames import FrameChain, FrameJob, FrameRequest
 from fusion_ray.core.sources import SourceStore
 from fusion_ray.engine import Engine
 from fusion_ray.live.backend import FramePlan, Processed, SourceStatus, StreamRefused, token_matches
@@ -94,10 +94,10 @@ class EngineStreamProcessor:
         """The frame through :class:`FrameChain` with the plan's detection choices; finding the
         faces holds the stream's follower, the rest of the chain does not."""
         check_frame(frame)
-        job = FrameJob(frame, self.start.source_id, self.identity,
-                       chain.Selection(self.start.select, self.start.face_index),
-                       self.engine.cfg.enhance.blend if plan.enhance else None, plan.detector_size, plan.seq,
-                       plan.landmarks is not None, self.follower)
+        request = FrameRequest(frame, chain.Selection(self.start.select, self.start.face_index),
+                               self.engine.cfg.enhance.blend if plan.enhance else None, plan.detector_size, plan.seq,
+                               plan.landmarks is not None, self.follower)
+        job = FrameJob(request, self.start.source_id, self.identity)
         with self._follow_lock:
             found = self.backend.chain.faces(job)
         done = self.backend.chain.swap([job], [found])[0]

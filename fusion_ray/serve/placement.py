@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -26,27 +25,14 @@ import numpy as np
 from fusion_ray.config import TrackingConfig
 from fusion_ray.core import chain
 from fusion_ray.core.facebatch import FaceBatch
-from fusion_ray.core.frames import Follower, FrameDone, FrameJob
+from fusion_ray.core.frames import FrameDone, FrameJob, FrameRequest
 from fusion_ray.serve.chain import Downstream, LocalStages
 from fusion_ray.serve.limits import ApiError
 from fusion_ray.serve.timing import Timings
-from fusion_ray.types import Frame, SourceIdentity
+from fusion_ray.types import SourceIdentity
 
 Identity = Awaitable[tuple[str, SourceIdentity]]
 """A frame's (source key, identity), maybe still being looked up or embedded."""
-
-
-@dataclass(frozen=True)
-class FrameRequest:
-    """One frame and how to process it (see :class:`~fusion_ray.core.frames.FrameJob`)."""
-
-    frame: Frame
-    selection: chain.Selection
-    enhance_blend: float | None = None
-    detector_size: int | None = None
-    seq: int = 0
-    follow: bool = False
-    follower: Follower | None = None
 
 
 class ServeChain(Protocol):
@@ -92,8 +78,7 @@ class FusedChain:
 
     async def frame(self, t: Timings, request: FrameRequest, identity: Identity) -> FrameDone:
         key, who = await identity
-        job = FrameJob(request.frame, key, who, request.selection, request.enhance_blend, request.detector_size,
-                       request.seq, request.follow, request.follower)
+        job = FrameJob(request, key, who)
         fused = self.downstream.detector
         result = await self.downstream.call(t, "chain", lambda: fused.process.remote(job))
         self.downstream.record_batch("fused", result)

@@ -130,7 +130,7 @@ def test_an_added_mask_step_reaches_the_fused_serve_placement(setup, with_shut_s
     """The fused Serve deployment's batch (its class called in-process: a monkeypatch does not
     reach a Ray replica); one batch of two frames, one of them enhanced."""
     from fusion_ray.core import chain
-    from fusion_ray.core.frames import FrameJob
+    from fusion_ray.core.frames import FrameJob, FrameRequest
     from fusion_ray.serve.fused import FusedDeployment
     from fusion_ray.serve.settings import ServeSettings
 
@@ -139,8 +139,8 @@ def test_an_added_mask_step_reaches_the_fused_serve_placement(setup, with_shut_s
         "engine": cfg.model_dump(mode="json"),
         "deployments": {"fused": {"cpu_budget": 1}, "enhancer_enabled": True}})
     fused = FusedDeployment.func_or_class(settings)
-    jobs = [FrameJob(frame, "b", identity, chain.Selection("all")),
-            FrameJob(frame, "b", identity, chain.Selection("all"), enhance_blend=1.0)]
+    jobs = [FrameJob(FrameRequest(frame, chain.Selection("all")), "b", identity),
+            FrameJob(FrameRequest(frame, chain.Selection("all"), enhance_blend=1.0), "b", identity)]
     plain, enhanced = (result["done"] for result in fused._process_batch(jobs))
     assert plain.error == enhanced.error == "" and plain.faces_swapped == enhanced.faces_swapped == 3
     assert np.array_equal(plain.frame, frame)  # swapped, but masked out
