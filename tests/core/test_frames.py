@@ -101,3 +101,41 @@ def test_a_job_and_its_follower_cross_a_process_boundary(engine, photos):
     done = cloudpickle.loads(cloudpickle.dumps(frames.run([cloudpickle.loads(cloudpickle.dumps(job))])[0]))
     assert isinstance(done.follower, StreamFollower) and done.follower is not job.request.follower
     assert done.follower.predictions(1, True) and not job.request.follower.predictions(1, True)
+
+
+def test_each_frame_has_its_own_facefusion_options(engine, photos):
+    """A batch mixing request options (box padding and blur, area masks on dlib's 68 points, the
+    landmarker score) equals the engine configured with the same options by the one mapping
+    (fusion_ray.facefusion_options), frame by frame; frames with the same options run together."""
+    pytest.importorskip("dlib", reason="the dlib_68 landmarker needs the [landmarks] extra")
+    from fusion_ray.facefusion_options import FaceFusionOptions, configured
+
+    cfg = engine.cfg.model_copy(update={"landmarker": engine.cfg.landmarker.model_copy(update={"model": "dlib_68"})})
+    models = Engine.load(cfg, components=["detector", "landmarker"], cpu_budget=1).models
+    obama = engine.prepare_source([photos["obama"]])
+    padded = FaceFusionOptions(face_mask_padding=(20, 0, 0, 0), face_mask_blur=0.6)
+    area = FaceFusionOptions.model_validate({"face_mask_types": "box area", "face_mask_areas": ["lower-face"],
+                                             "face_landmarker_score": 0.2})
+    options = [padded, FaceFusionOptions(), area, padded]
+    targets = [photos["biden"], photos["biden"], photos["obama_and_biden"], photos["obama_and_biden"]]
+    jobs = [FrameJob(FrameRequest(t, chain.Selection("all"), options=o), "o", obama)
+            for t, o in zip(targets, options, strict=True)]
+    done = FrameChain(cfg, models).run(jobs)
+    for job, result in zip(jobs, done, strict=True):
+        expected = Engine(configured(cfg, job.request.options), models).process_frame(job.request.frame, obama)
+        assert result.error == "" and np.array_equal(result.frame, expected.frame)
+        assert result.faces_swapped == expected.faces_swapped > 0
+    assert not np.array_equal(done[0].frame, done[1].frame)  # the options changed the pixels
+
+
+def test_options_that_make_an_invalid_config_fail_their_frame_only(engine, photos):
+    from fusion_ray.facefusion_options import FaceFusionOptions
+
+    obama = engine.prepare_source([photos["obama"]])
+    boost = FaceFusionOptions(face_swapper_pixel_boost="256x256")  # the classic swapper has no pixel boost
+    done = FrameChain(engine.cfg, engine.models).run([
+        FrameJob(FrameRequest(photos["biden"], chain.Selection("all"), options=boost), "o", obama),
+        FrameJob(FrameRequest(photos["biden"], chain.Selection("all")), "o", obama)])
+    assert "pixel boost" in done[0].error and done[0].faces_swapped == 0
+    assert np.array_equal(done[0].frame, photos["biden"])
+    assert done[1].error == "" and done[1].faces_swapped == 1
