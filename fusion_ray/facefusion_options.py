@@ -23,6 +23,9 @@ FACEFUSION_OPTIONS = ("face_mask_types", "face_mask_blur", "face_mask_padding", 
 """The options, with FaceFusion's names (``--face-mask-types`` on the command line)."""
 
 
+MODEL_MASKS = ("occlusion", "region")
+"""Mask types that run a model per face (what a service caps and a live stream's ladder drops first)."""
+
 PixelBoost = Literal["128x128", "256x256", "384x384", "512x512", "768x768", "1024x1024"]
 PIXEL_BOOSTS: tuple[PixelBoost, ...] = ("128x128", "256x256", "384x384", "512x512", "768x768", "1024x1024")
 """FaceFusion's pixel boost values (``--face-swapper-pixel-boost``)."""
@@ -149,7 +152,10 @@ class FaceFusionOptions(BaseModel):
     @classmethod
     def _percentages(cls, value: tuple[int, ...] | None) -> tuple[int, ...] | None:
         if value is not None:
-            padding_fractions(list(value))  # ConfigError (a ValueError) names the expected values
+            try:
+                padding_fractions(list(value))
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
         return value
 
     @field_validator("face_swapper_pixel_boost", mode="before")
@@ -181,3 +187,25 @@ def configured(base: EngineConfig, options: FaceFusionOptions) -> EngineConfig:
     data = base.model_dump()
     apply_facefusion_options(given, data)
     return parse_config(data, EngineConfig, source="FaceFusion options")
+
+
+def served_models(cfg: EngineConfig) -> dict[str, str]:
+    """The models a config runs, by the option that names them."""
+    return {
+        "face_swapper_model": "classic" if cfg.swap.swapper == "classic" else cfg.models.swapper,
+        "face_enhancer_model": cfg.models.enhancer,
+        "face_occluder_model": cfg.masks.occluder_model,
+        "face_parser_model": cfg.masks.parser_model,
+        "face_landmarker_model": cfg.landmarker.model,
+    }
+
+
+def check_served(options: FaceFusionOptions, cfg: EngineConfig) -> None:
+    """ConfigError when ``options`` name a model other than the one ``cfg`` runs (a server's models
+    are loaded at its start; a request cannot change them)."""
+    given = options.given()
+    for option, served in served_models(cfg).items():
+        asked = given.get(option)
+        if asked is not None and asked != served:
+            raise ConfigError(f"{option} {asked!r}: this service runs {served!r} (its models are loaded at start; "
+                              "a request cannot change them)")

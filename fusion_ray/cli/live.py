@@ -26,7 +26,7 @@ TOKEN_ENV = "FUSION_RAY_API_TOKEN"
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     live = sub.add_parser("live", help="swap a camera or a video live, in this process or through a live endpoint",
                           description="Without --url: run the stream policy in this process, no server (latest frame "
-                          "wins, per-frame deadline, degradation ladder, tracking at level 2) and show the result in "
+                          "wins, per-frame deadline, degradation ladder, tracking at level 3) and show the result in "
                           "a window or write it with --output. With --url: stream the frames to "
                           "ws://HOST:PORT/v1/stream (fusion-ray serve) instead. A video file plays at its real rate "
                           "as a fake camera. Prints fps, latency and drops.")

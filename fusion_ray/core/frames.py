@@ -3,7 +3,7 @@
 :class:`FrameChain` runs the declared chain (:class:`fusion_ray.core.steps.Chain`, the steps the
 engine, the local runner and the Ray stages run) over a batch of :class:`FrameJob` values, each
 frame with its own source, selection, enhancement and detector canvas, all expressed as the
-chain's per-frame :class:`~fusion_ray.core.steps.Rows`. A live stream at level 2 follows its
+chain's per-frame :class:`~fusion_ray.core.steps.Rows`. A live stream at level 3 follows its
 faces on crops before the chain; those faces are *given* to it, as a tracking read's are. The
 swap and the enhancer run once over every face of every frame of the batch. Its users: the
 in-process live backend (``fusion-ray live``, :mod:`fusion_ray.live.local`) with batches of one
@@ -54,8 +54,8 @@ class FrameRequest:
     and live streams hand to the placed chain, :mod:`fusion_ray.serve.placement`).
 
     ``enhance_blend`` None: no enhancer. ``detector_size``: a smaller canvas (a live stream's
-    level 3). ``follower``: a live stream's; with ``follow`` its faces are re-detected on crops
-    around their predictions (level 2) and a full detection is the fallback.
+    level 4). ``follower``: a live stream's; with ``follow`` its faces are re-detected on crops
+    around their predictions (level 3) and a full detection is the fallback.
     """
 
     frame: Frame
@@ -158,7 +158,7 @@ class FrameChain:
         return self.find([job])[0]
 
     def find(self, jobs: Sequence[FrameJob]) -> list[FoundFaces]:
-        """Each job's faces to swap: followed on crops (level 2; given to the chain), else the
+        """Each job's faces to swap: followed on crops (level 3; given to the chain), else the
         chain's steps up to selection; each follower is updated either way."""
         found: dict[int, FoundFaces] = {}
         for options, rows in _by_options(jobs).items():

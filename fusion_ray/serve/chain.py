@@ -23,9 +23,10 @@ from ray.serve.exceptions import BackPressureError, RayServeException
 from fusion_ray.core import chain as core_chain
 from fusion_ray.core.facebatch import FaceBatch, FrameBatch
 from fusion_ray.core.identity import SourceFace
-from fusion_ray.core.layout import enhance_layout, swap_layout
+from fusion_ray.core.layout import CropLayout, enhance_layout, swap_layout
 from fusion_ray.core.modelset import ModelInfo
 from fusion_ray.core.provenance import Provenance
+from fusion_ray.facefusion_options import NO_OPTIONS, FaceFusionOptions, configured
 from fusion_ray.live.backend import SourceStatus
 from fusion_ray.serve.deployments import DetectReply
 from fusion_ray.serve.limits import ApiError, wait_for
@@ -91,8 +92,9 @@ class Downstream:
 
     # ------------------------------------------------------------ the chain
     async def detect(self, t: Timings, frame: np.ndarray, mode: str, index: int,
-                     size: int | None = None) -> DetectReply:
-        found: DetectReply = await self.call(t, "detect", lambda: self.detector.detect.remote(frame, mode, index, size))
+                     size: int | None = None, options: FaceFusionOptions = NO_OPTIONS) -> DetectReply:
+        found: DetectReply = await self.call(
+            t, "detect", lambda: self.detector.detect.remote(frame, mode, index, size, options))
         t.record("detect_compute", found.compute_s)  # the detect stage minus the hop
         _failed(found.error, "detection")
         return found
@@ -171,11 +173,16 @@ class LocalStages:
         self.swap_layout = swap_layout(cfg)
         self.enhance_layout = enhance_layout(cfg)
 
-    def paste(self, frame: np.ndarray, faces: FaceBatch, crops: np.ndarray, enhance: bool) -> FrameBatch:
+    def layout(self, options: FaceFusionOptions) -> CropLayout:
+        """The swap crop a request's options ask for (box mask padding and blur, pixel boost)."""
+        return self.swap_layout if options == NO_OPTIONS else swap_layout(configured(self.cfg, options))
+
+    def paste(self, frame: np.ndarray, faces: FaceBatch, crops: np.ndarray, enhance: bool,
+              options: FaceFusionOptions = NO_OPTIONS) -> FrameBatch:
         """The frame with the swapped crops pasted; with ``enhance`` its faces are the enhancer
         crops to send on (else none)."""
         swapped = FrameBatch.of([frame], faces.with_crops(crops))
-        pasted = core_chain.paste(swapped.frames, swapped.faces, self.swap_layout, swapped.errors)
+        pasted = core_chain.paste(swapped.frames, swapped.faces, self.layout(options), swapped.errors)
         cut = (core_chain.align_for_enhance(pasted, swapped.faces, self.enhance_layout, swapped.errors)
                if enhance else FaceBatch.empty())
         _failed(swapped.first_error, "paste")
@@ -189,9 +196,11 @@ class LocalStages:
         _failed(out.first_error, "paste")
         return out
 
-    def provenance(self, models: dict[str, ModelInfo], enhance: bool) -> Provenance:
-        """The :class:`Provenance` of the models an output used (the enhancer's only with ``enhance``)."""
-        names = {self.cfg.models.detector, self.cfg.models.embedder, self.cfg.models.swapper}
+    def provenance(self, models: dict[str, ModelInfo], enhance: bool,
+                   extra: frozenset[str] = frozenset()) -> Provenance:
+        """The :class:`Provenance` of the models an output used (the enhancer's only with ``enhance``;
+        ``extra``: the landmarker and mask models its options ran)."""
+        names = {self.cfg.models.detector, self.cfg.models.embedder, self.cfg.models.swapper, *extra}
         if enhance:
             names.add(self.cfg.models.enhancer)
         return Provenance.of(models, names)

@@ -37,6 +37,7 @@ from fusion_ray.core.redetect import CropBox, RoiResult, redetect
 from fusion_ray.core.sources import SourceStore
 from fusion_ray.core.swapper import swap_backend
 from fusion_ray.core.tracking import TrackPrediction
+from fusion_ray.facefusion_options import NO_OPTIONS, FaceFusionOptions, configured
 from fusion_ray.live.backend import SourceStatus
 from fusion_ray.models.detector import DetectorCanvases, ScrfdDetector
 from fusion_ray.models.enhancer import blend_crops
@@ -98,21 +99,24 @@ class DetectorDeployment:
         log.info("detector replica ready (cpu budget %s)", budget)
 
     def _detector(self, size: int | None, *, square: bool = False) -> ScrfdDetector:
-        """The detector, or one over the same session on a smaller canvas (a live stream's level 3;
+        """The detector, or one over the same session on a smaller canvas (a live stream's level 4;
         square crops for re-detection)."""
         return self._canvases.get(size, square=square)
 
-    def detect(self, frame: np.ndarray, mode: str, index: int, size: int | None = None) -> DetectReply:
-        """Faces found, and the selected faces (a FaceBatch with swap crops)."""
+    def detect(self, frame: np.ndarray, mode: str, index: int, size: int | None = None,
+               options: FaceFusionOptions = NO_OPTIONS) -> DetectReply:
+        """Faces found, and the selected faces (a FaceBatch with swap crops, cut at the crop the
+        request's options ask: a pixel boost's size)."""
         start = time.perf_counter()
         errors = [""]
+        layout = self.layout if options == NO_OPTIONS else swap_layout(configured(self.cfg, options))
         found = chain.detect_select_align(self._detector(size), [frame], errors,
-                                          [chain.Selection(mode, index)], self.layout)
+                                          [chain.Selection(mode, index)], layout)
         return DetectReply(found.faces, int(found.faces_detected[0]), errors[0], time.perf_counter() - start)
 
     def redetect(self, frame: np.ndarray, predictions: list[TrackPrediction],
                  previous: dict[int, CropBox]) -> RoiResult:
-        """Each predicted face re-detected on a small crop around it (a live stream's level 2:
+        """Each predicted face re-detected on a small crop around it (a live stream's level 3:
         the stream's tracker lives in the ingress; this replica keeps no per-stream state)."""
         tracking = self.cfg.tracking
         return redetect(frame, self._detector(tracking.roi_canvas, square=True), predictions, tracking, previous)

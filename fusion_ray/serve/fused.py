@@ -34,6 +34,7 @@ from fusion_ray.serve.deployments import (
     embed_batch,
     source_face,
 )
+from fusion_ray.serve.quality import loaded_config, quality_components
 from fusion_ray.serve.settings import ServeSettings
 
 log = logging.getLogger(__name__)
@@ -53,12 +54,14 @@ class FusedDeployment:
         self.cfg = settings.engine.in_ray_actor(dep.num_gpus > 0)
         budget = dep.threads_budget()
         cv2.setNumThreads(max(1, math.ceil(budget)))
-        components: list[Component] = ["detector"]
+        components: list[Component] = ["detector", *quality_components(settings)]
         if self.cfg.swap.swapper == "inswapper":
             components += ["swapper", "embedder"]
         if settings.deployments.enhancer_enabled:
             components.append("enhancer")
-        self.models = ModelSet.load(self.cfg, components, cpu_budget=budget)
+        # The landmarker and the mask models requests may ask for (limits.mask_models_allowed), loaded now.
+        loading = loaded_config(settings).in_ray_actor(dep.num_gpus > 0)
+        self.models = ModelSet.load(loading, components, cpu_budget=budget)
         self.chain = FrameChain(self.cfg, self.models)
         _configure_batching(self._process_batched, settings.batching.frames)  # type: ignore[misc]
         _configure_batching(self._embed_batched, settings.batching.embed)

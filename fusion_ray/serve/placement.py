@@ -12,6 +12,11 @@
 Both take the frame's identity as an awaitable, so the split placement detects while the source
 is still being looked up or embedded, and both return a
 :class:`~fusion_ray.core.frames.FrameDone` with the same pixels (tests/serve/test_placement.py).
+
+A request's FaceFusion options (:attr:`FrameRequest.options`) go with the frame: the fused
+deployment runs them in its chain; the split placement runs those that need no other model (the
+box mask's padding and blur, pixel boost: crops cut and pasted at the request's layout) and the
+ingress refuses the rest before the frame is sent (:mod:`fusion_ray.serve.quality`).
 """
 
 from __future__ import annotations
@@ -106,7 +111,7 @@ class SplitChain:
         swapped = await self.downstream.swap(t, faces.require_crops()[0], who, key)
         enhance = request.enhance_blend is not None
         with t.timed("paste"):
-            out = await asyncio.to_thread(self.local.paste, request.frame, faces, swapped, enhance)
+            out = await asyncio.to_thread(self.local.paste, request.frame, faces, swapped, enhance, request.options)
         if request.enhance_blend is not None:
             enhanced = await self.downstream.enhance(t, out.faces.require_crops()[0], request.enhance_blend)
             with t.timed("paste_enhanced"):
@@ -117,7 +122,7 @@ class SplitChain:
         return self.downstream.probes()
 
     async def _faces(self, t: Timings, request: FrameRequest) -> tuple[FaceBatch, int]:
-        """The faces to swap (with crops): detected on the whole frame, or (a live stream at level 2)
+        """The faces to swap (with crops): detected on the whole frame, or (a live stream at level 3)
         followed by its tracker: each tracked face re-detected on a small crop."""
         follower = request.follower
         predictions = follower.predictions(request.seq, request.follow) if follower is not None else []
@@ -130,7 +135,8 @@ class SplitChain:
         if faces is None:
             return await self._detect(t, request)
         errors = [""]
-        cut = await asyncio.to_thread(chain.align, [frame], faces, self.local.swap_layout, errors, "align")
+        layout = self.local.layout(request.options)
+        cut = await asyncio.to_thread(chain.align, [frame], faces, layout, errors, "align")
         if errors[0]:
             raise ApiError(500, "stage_failed", f"align failed: {errors[0]}")
         return cut, len(faces)
@@ -138,7 +144,7 @@ class SplitChain:
     async def _detect(self, t: Timings, request: FrameRequest) -> tuple[FaceBatch, int]:
         """Whole-frame detection and selection on the detector deployment; the follower follows it."""
         found = await self.downstream.detect(t, request.frame, request.selection.mode, request.selection.index,
-                                             request.detector_size)
+                                             request.detector_size, request.options)
         if request.follower is not None:
             request.follower.detected(request.seq, found.faces, request.frame.shape[:2])
         return found.faces, found.faces_detected
