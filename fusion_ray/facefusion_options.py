@@ -166,6 +166,12 @@ class FaceFusionOptions(BaseModel):
             return f"{int(value)}x{int(value)}"
         return value
 
+    @property
+    def facefusion(self) -> FaceFusionOptions:
+        """These options on their own (without the fields of a model that extends them: a form, a
+        start message), as the chain carries them."""
+        return FaceFusionOptions.model_validate({name: getattr(self, name) for name in FACEFUSION_OPTIONS})
+
     def given(self) -> dict[str, Any]:
         """The options given, as :func:`apply_facefusion_options` takes them."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.model_dump(exclude_none=True).items()}

@@ -32,7 +32,7 @@ import pydantic_core
 from pydantic import ConfigDict, Field, ValidationError
 
 from fusion_ray.errors import InputError
-from fusion_ray.facefusion_options import FACEFUSION_OPTIONS, MODEL_MASKS, FaceFusionOptions
+from fusion_ray.facefusion_options import MODEL_MASKS, FaceFusionOptions
 
 HEADER = struct.Struct(">Id")
 HEADER_SIZE = HEADER.size  # 12
@@ -82,11 +82,6 @@ class StartMessage(FaceFusionOptions):
     quality: int = Field(default=85, ge=1, le=100, description="JPEG quality of results.")
     deadline_ms: int | None = Field(default=None, ge=1, le=60_000,
                                     description="Per-frame deadline; None: the server's default.")
-
-    @property
-    def facefusion(self) -> FaceFusionOptions:
-        """The FaceFusion options of the message, on their own."""
-        return FaceFusionOptions.model_validate({name: getattr(self, name) for name in FACEFUSION_OPTIONS})
 
     @property
     def wants_enhancer(self) -> bool:

@@ -107,8 +107,9 @@ class Downstream:
         self.record_batch("embedder", result)
         return result["identity"]  # type: ignore[no-any-return]
 
-    async def swap(self, t: Timings, crops: np.ndarray, identity: SourceIdentity, key: str) -> np.ndarray:
-        swapped = await self.call(t, "swap", lambda: self.swapper.swap.remote(crops, identity, key))
+    async def swap(self, t: Timings, crops: np.ndarray, identity: SourceIdentity, key: str,
+                   options: FaceFusionOptions = NO_OPTIONS) -> np.ndarray:
+        swapped = await self.call(t, "swap", lambda: self.swapper.swap.remote(crops, identity, key, options))
         self.record_batch("swapper", swapped)
         _failed(swapped["error"], "swap")
         return swapped["crops"]  # type: ignore[no-any-return]

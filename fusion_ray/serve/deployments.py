@@ -35,7 +35,7 @@ from fusion_ray.core.layout import swap_layout
 from fusion_ray.core.modelset import ModelInfo, ModelSet
 from fusion_ray.core.redetect import CropBox, RoiResult, redetect
 from fusion_ray.core.sources import SourceStore
-from fusion_ray.core.swapper import swap_backend
+from fusion_ray.core.swapper import SwapBackend, swap_backend
 from fusion_ray.core.tracking import TrackPrediction
 from fusion_ray.facefusion_options import NO_OPTIONS, FaceFusionOptions, configured
 from fusion_ray.live.backend import SourceStatus
@@ -150,29 +150,41 @@ class SwapperDeployment:
         log.info("swapper replica ready (cpu budget %s, swap batch %d)", budget,
                  settings.batching.swap.max_batch_size)
 
-    async def swap(self, crops: np.ndarray, identity: SourceIdentity, source_id: str) -> dict[str, Any]:
-        """One request: its (n, S, S, 3) crops, identity and source id -> swapped crops (batched)."""
+    async def swap(self, crops: np.ndarray, identity: SourceIdentity, source_id: str,
+                   options: FaceFusionOptions = NO_OPTIONS) -> dict[str, Any]:
+        """One request: its (n, S, S, 3) crops, identity, source id and options -> swapped crops (batched)."""
         _set_wait(self._swap_batched, self.swap_wait.arrival(time.monotonic()))  # type: ignore[misc]
-        return await self._swap_batched(crops, identity, source_id)  # type: ignore[misc,call-arg,arg-type,no-any-return]
+        return await self._swap_batched(crops, identity, source_id, options)  # type: ignore[misc,call-arg,arg-type,no-any-return]
 
     @serve.batch  # type: ignore[arg-type]
     async def _swap_batched(  # type: ignore[misc]
         self, crops: list[np.ndarray], identities: list[SourceIdentity], source_ids: list[str],
+        options: list[FaceFusionOptions],
     ) -> list[dict[str, Any]]:
         # The model call leaves the event loop free, so the next batch can gather meanwhile.
-        return await asyncio.to_thread(self._swap_batch, crops, identities, source_ids)
+        return await asyncio.to_thread(self._swap_batch, crops, identities, source_ids, options)
 
-    def _swap_batch(self, crops: list[np.ndarray], identities: list[SourceIdentity],
-                    source_ids: list[str]) -> list[dict[str, Any]]:
-        """One backend call over every face of every request; a request with a bad identity fails alone."""
+    def _swap_batch(self, crops: list[np.ndarray], identities: list[SourceIdentity], source_ids: list[str],
+                    options: list[FaceFusionOptions]) -> list[dict[str, Any]]:
+        """One backend call over every face of the requests with the same options (the classic swap
+        blends through the options' crop mask); a request with a bad identity fails alone."""
         start = time.perf_counter()
-        errors = [""] * len(crops)
-        faces = _crops_batch(crops, source_ids)
-        swapped = chain.swap(self.backend, faces, dict(zip(source_ids, identities, strict=True)), errors)
-        results: list[dict[str, Any]] = [{"crops": _crops_of(swapped, i, crops[i]), "error": errors[i]}
-                                         for i in range(len(crops))]
+        results: list[dict[str, Any]] = [{} for _ in crops]
+        for wanted in dict.fromkeys(options):
+            rows = [i for i, o in enumerate(options) if o == wanted]
+            errors = [""] * len(rows)
+            faces = _crops_batch([crops[i] for i in rows], [source_ids[i] for i in rows])
+            swapped = chain.swap(self._backend(wanted), faces,
+                                 {source_ids[i]: identities[i] for i in rows}, errors)
+            for k, i in enumerate(rows):
+                results[i] = {"crops": _crops_of(swapped, k, crops[i]), "error": errors[k]}
         results[0]["batch"] = _batch_record(len(crops), sum(len(c) for c in crops), time.perf_counter() - start)
         return results
+
+    def _backend(self, options: FaceFusionOptions) -> SwapBackend:
+        if options == NO_OPTIONS:
+            return self.backend
+        return swap_backend(configured(self.cfg, options), self.models)
 
     async def embed(self, faces: list[identity.SourceFace]) -> dict[str, Any]:
         """One request: the source faces of its source images -> one identity (embedding batched)."""

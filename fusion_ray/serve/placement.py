@@ -108,7 +108,7 @@ class SplitChain:
         (faces, detected), (key, who) = await first_error_cancels(self._faces(t, request), identity)
         if not len(faces):
             return FrameDone(request.frame, detected, np.zeros((0, 5, 2), np.float32), "", request.follower)
-        swapped = await self.downstream.swap(t, faces.require_crops()[0], who, key)
+        swapped = await self.downstream.swap(t, faces.require_crops()[0], who, key, request.options)
         enhance = request.enhance_blend is not None
         with t.timed("paste"):
             out = await asyncio.to_thread(self.local.paste, request.frame, faces, swapped, enhance, request.options)

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fusion_ray.facefusion_options import FACEFUSION_OPTIONS, FaceFusionOptions
+from fusion_ray.facefusion_options import FaceFusionOptions
 from fusion_ray.serve.forms import Form, Part
 from fusion_ray.serve.images import ImageHeader, check_image
 from fusion_ray.serve.limits import ApiError, clip
@@ -47,11 +47,6 @@ class SwapOptions(FaceFusionOptions):
     jpeg_quality: int = Field(default=95, ge=1, le=100)
     strict: bool = Field(default=False,
                          description="422 instead of the unchanged image when no target face is swapped.")
-
-    @property
-    def facefusion(self) -> FaceFusionOptions:
-        """The FaceFusion options of the form, on their own."""
-        return FaceFusionOptions.model_validate({name: getattr(self, name) for name in FACEFUSION_OPTIONS})
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, str | list[str]]) -> SwapOptions:
