@@ -4,7 +4,10 @@
 :class:`~fusion_ray.core.frames.FrameChain` (the core's functions, as the engine and
 ``fusion-ray live`` run them), with ``@serve.batch`` over the frames of concurrent HTTP requests
 and live streams: one call per frame from the ingress, one swap and one enhancer call per batch.
-It also answers what the split detector and swapper answer for source registration
+Each frame's FaceFusion options (masks, pixel boost, weights) run in the same chain, frames with
+the same options batched together; the landmarker and the mask models requests may ask for
+(``limits.mask_models_allowed``) are loaded at start. It also answers what the split detector
+and swapper answer for source registration
 (``source_face``, a batched ``embed``) and readiness (``model_info``), so the ingress' source
 path is the same for both placements. On a node with no GPU or one, this saves the hops between
 the detector, swapper and enhancer replicas (each a serialised frame or crop batch) that the
