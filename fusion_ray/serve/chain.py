@@ -162,6 +162,13 @@ class Downstream:
         return await self.call(t, "metrics", lambda: self.state.render_metrics.remote(gauges))  # type: ignore[no-any-return]
 
 
+def _with_box(faces: FaceBatch, layout: CropLayout) -> FaceBatch:
+    """The faces with the layout's mask joined to theirs (the chain's box mask step)."""
+    if not len(faces):
+        return faces
+    return faces.with_mask(np.broadcast_to(layout.mask, (len(faces), *layout.mask.shape)))
+
+
 class LocalStages:
     """Paste and provenance, run in the ingress on the core's values (no model is loaded here)."""
 
@@ -178,12 +185,24 @@ class LocalStages:
         """The swap crop a request's options ask for (box mask padding and blur, pixel boost)."""
         return self.swap_layout if options == NO_OPTIONS else swap_layout(configured(self.cfg, options))
 
+    def follows(self, options: FaceFusionOptions) -> bool:
+        """Whether a live stream's faces followed on crops can be swapped here: not when the request
+        needs 68-point landmarks or target-crop masks (the detector deployment's steps; such a
+        stream's frames are detected whole)."""
+        cfg = configured(self.cfg, options)
+        return cfg.landmarker.model == "none" and "occlusion" not in cfg.masks.types
+
     def paste(self, frame: np.ndarray, faces: FaceBatch, crops: np.ndarray, enhance: bool,
               options: FaceFusionOptions = NO_OPTIONS) -> FrameBatch:
-        """The frame with the swapped crops pasted; with ``enhance`` its faces are the enhancer
-        crops to send on (else none)."""
-        swapped = FrameBatch.of([frame], faces.with_crops(crops))
-        pasted = core_chain.paste(swapped.frames, swapped.faces, self.layout(options), swapped.errors)
+        """The frame with the swapped crops pasted through their masks (the target-crop masks the
+        detector made, and the box mask when the request's mask types have it); with ``enhance``
+        its faces are the enhancer crops to send on (else none)."""
+        layout = self.layout(options)
+        faces = faces.with_crops(crops)
+        if "box" in configured(self.cfg, options).masks.types:
+            faces = _with_box(faces, layout)
+        swapped = FrameBatch.of([frame], faces)
+        pasted = core_chain.paste(swapped.frames, swapped.faces, layout, swapped.errors)
         cut = (core_chain.align_for_enhance(pasted, swapped.faces, self.enhance_layout, swapped.errors)
                if enhance else FaceBatch.empty())
         _failed(swapped.first_error, "paste")

@@ -1,6 +1,6 @@
 """Ray Serve deployments over the typed core (:mod:`fusion_ray.core`).
 
-- :class:`DetectorDeployment` (CPU): ``chain.detect_select_align`` on one frame per call; also
+- :class:`DetectorDeployment` (CPU): the chain's steps before the swap on one frame per call; also
   picks and cuts the source face of a source image for the embedder (``core.identity``).
 - :class:`SwapperDeployment` (GPU when present): ``chain.swap`` with ``@serve.batch`` across
   concurrent requests (one backend call over every face of every request in the batch), and
@@ -30,11 +30,11 @@ from ray import serve
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.core import chain, identity
-from fusion_ray.core.facebatch import NO_TRACK, FaceBatch
-from fusion_ray.core.layout import swap_layout
-from fusion_ray.core.modelset import ModelInfo, ModelSet
+from fusion_ray.core.facebatch import NO_TRACK, FaceBatch, FrameBatch
+from fusion_ray.core.modelset import Component, ModelInfo, ModelSet
 from fusion_ray.core.redetect import CropBox, RoiResult, redetect
 from fusion_ray.core.sources import SourceStore
+from fusion_ray.core.steps import Chain, Rows, Tools
 from fusion_ray.core.swapper import SwapBackend, swap_backend
 from fusion_ray.core.tracking import TrackPrediction
 from fusion_ray.facefusion_options import NO_OPTIONS, FaceFusionOptions, configured
@@ -43,10 +43,14 @@ from fusion_ray.models.detector import DetectorCanvases, ScrfdDetector
 from fusion_ray.models.enhancer import blend_crops
 from fusion_ray.serve.batching import AdaptiveWait
 from fusion_ray.serve.metrics import MetricsStore, Snapshot
+from fusion_ray.serve.quality import loaded_config, quality_components
 from fusion_ray.serve.settings import BatchSettings, ServeSettings
 from fusion_ray.types import SourceIdentity
 
 log = logging.getLogger(__name__)
+
+MAX_SETUPS = 16
+"""Sets of request options whose steps a detector replica keeps made."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,8 @@ def _batch_record(requests: int, faces: int, seconds: float) -> dict[str, float]
 
 @serve.deployment(name="Detector")
 class DetectorDeployment:
-    """CPU: SCRFD detection, face selection and swap crops (the core's ``detect_select_align``)."""
+    """CPU: the chain's steps before the swap (detection, selection, 68-point landmarks, the swap
+    crops and the target-crop masks), each request with its own options."""
 
     def __init__(self, settings: ServeSettings) -> None:
         self.cfg: EngineConfig = settings.engine.in_ray_actor(settings.deployments.detector.num_gpus > 0)
@@ -93,9 +98,12 @@ class DetectorDeployment:
         threads = max(1, math.ceil(budget)) if budget is not None else None
         if threads is not None:
             cv2.setNumThreads(threads)
-        self.models = ModelSet.load(self.cfg, ["detector"], cpu_budget=budget)
-        self.layout = swap_layout(self.cfg)
+        # The landmarker and the occluder requests may ask for (the parser runs on swapped crops: fused only).
+        components: list[Component] = ["detector", *(c for c in quality_components(settings) if c != "parser")]
+        loading = loaded_config(settings).in_ray_actor(settings.deployments.detector.num_gpus > 0)
+        self.models = ModelSet.load(loading, components, cpu_budget=budget)
         self._canvases = DetectorCanvases(self.models.need_detector())
+        self._setups: dict[FaceFusionOptions, tuple[Tools, Chain]] = {}
         log.info("detector replica ready (cpu budget %s)", budget)
 
     def _detector(self, size: int | None, *, square: bool = False) -> ScrfdDetector:
@@ -103,16 +111,27 @@ class DetectorDeployment:
         square crops for re-detection)."""
         return self._canvases.get(size, square=square)
 
+    def _setup(self, options: FaceFusionOptions) -> tuple[Tools, Chain]:
+        """The tools and the steps before the swap under ``options`` (the target embedding for the
+        swapper weight is the fused placement's)."""
+        if options not in self._setups:
+            cfg = configured(self.cfg, options)
+            before = Chain.of(cfg).split("target_mask")[0]
+            self._setups[options] = (Tools(cfg, self.models),
+                                     Chain(tuple(s for s in before.steps if s.name != "target_embed")))
+            while len(self._setups) > MAX_SETUPS:
+                self._setups.pop(next(iter(self._setups)))
+        return self._setups[options]
+
     def detect(self, frame: np.ndarray, mode: str, index: int, size: int | None = None,
                options: FaceFusionOptions = NO_OPTIONS) -> DetectReply:
         """Faces found, and the selected faces (a FaceBatch with swap crops, cut at the crop the
-        request's options ask: a pixel boost's size)."""
+        request's options ask, and their target-crop masks)."""
         start = time.perf_counter()
-        errors = [""]
-        layout = self.layout if options == NO_OPTIONS else swap_layout(configured(self.cfg, options))
-        found = chain.detect_select_align(self._detector(size), [frame], errors,
-                                          [chain.Selection(mode, index)], layout)
-        return DetectReply(found.faces, int(found.faces_detected[0]), errors[0], time.perf_counter() - start)
+        tools, steps = self._setup(options)
+        done = steps.run(tools, Rows([chain.Selection(mode, index)], [""], canvases=[size]), FrameBatch.of([frame]))
+        detected = int(done.counter("faces_detected")[0]) if not done.errors[0] else 0
+        return DetectReply(done.faces, detected, done.errors[0], time.perf_counter() - start)
 
     def redetect(self, frame: np.ndarray, predictions: list[TrackPrediction],
                  previous: dict[int, CropBox]) -> RoiResult:

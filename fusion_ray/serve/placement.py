@@ -14,9 +14,12 @@ is still being looked up or embedded, and both return a
 :class:`~fusion_ray.core.frames.FrameDone` with the same pixels (tests/serve/test_placement.py).
 
 A request's FaceFusion options (:attr:`FrameRequest.options`) go with the frame: the fused
-deployment runs them in its chain; the split placement runs those that need no other model (the
-box mask's padding and blur, pixel boost: crops cut and pasted at the request's layout) and the
-ingress refuses the rest before the frame is sent (:mod:`fusion_ray.serve.quality`).
+deployment runs them in its chain; in the split placement the detector deployment runs the
+chain's steps before the swap under them (landmarks, crops at the pixel boost's size, area,
+mouth and occlusion masks), the swapper swaps with them and the ingress pastes through their
+masks. The region mask (a model on the swapped crop) and the swapper weight (the target's
+embedding) run in the fused placement only: the ingress refuses them here
+(:mod:`fusion_ray.serve.quality`).
 """
 
 from __future__ import annotations
@@ -126,7 +129,7 @@ class SplitChain:
         followed by its tracker: each tracked face re-detected on a small crop."""
         follower = request.follower
         predictions = follower.predictions(request.seq, request.follow) if follower is not None else []
-        if follower is None or not predictions:
+        if follower is None or not predictions or not self.local.follows(request.options):
             return await self._detect(t, request)
         crops, frame = dict(follower.crops), request.frame
         roi = await self.downstream.call(

@@ -65,13 +65,10 @@ def _check_points(options: FaceFusionOptions, cfg: EngineConfig) -> None:
 
 
 def _check_split(options: FaceFusionOptions) -> None:
-    """The split placement runs detection, the swap and the enhancer on their pools and pastes in the
-    ingress: the options that need no other model (box mask padding and blur, pixel boost, the
-    enhancer's blend). The landmark, mask and target-embedding steps run in the fused placement only."""
-    types = [t for t in (options.face_mask_types or ()) if t != "box"]
-    needs = [*(f"face_mask_types {t}" for t in types),
-             *(["mouth_mask"] if options.mouth_mask else []),
-             *(["face_landmarker_score"] if options.face_landmarker_score is not None else []),
+    """The split placement runs the steps before the swap on the detector deployment, the swap on the
+    swapper's and pastes in the ingress, which loads no model: the region mask (a model on the
+    swapped crop) and the swapper weight (the target faces' embeddings) are the fused placement's."""
+    needs = [*(["face_mask_types region"] if "region" in (options.face_mask_types or ()) else []),
              *(["face_swapper_weight"] if options.face_swapper_weight not in (None, 0.5) else [])]
     if needs:
         raise ApiError(422, "not_in_placement", f"{', '.join(needs)}: not available in this service's split "

@@ -31,3 +31,28 @@ def test_a_swap_batch_runs_each_request_with_its_own_options(models_config):
     plain = ClassicBackend(swap_layout(cfg)).swap(crops[1], [identity] * 2)
     assert not np.array_equal(results[1]["crops"], plain)  # the blur reached the classic swap's mask
     assert results[0]["batch"]["requests"] == 3
+
+
+def test_the_detector_runs_the_steps_before_the_swap_with_the_requests_options(models_config, images_dir, tmp_path):
+    """Split: the detector deployment loads the allowed occluder and makes each request's target-crop
+    masks (a labelled STAND-IN occluder: only the presence and shape of its mask are checked)."""
+    from fusion_ray.imageio import read_image
+    from fusion_ray.models.hashes import write_hash_record
+    from fusion_ray.models.standins_quality import build_quality_standins
+    from fusion_ray.serve.deployments import DetectorDeployment
+
+    xseg = build_quality_standins(tmp_path)["xseg_1"]
+    write_hash_record(xseg, "generated")
+    models = models_config.model_dump(mode="json")
+    models["paths"]["xseg_1"] = str(xseg)
+    settings = ServeSettings.model_validate({
+        "engine": {"models": models, "runtime": {"providers": ["cpu"]}, "swap": {"swapper": "classic"}},
+        "limits": {"mask_models_allowed": ["occlusion"]}})
+    detector = DetectorDeployment.func_or_class(settings)
+    frame = read_image(images_dir / "obama_and_biden.jpg").frame
+    plain = detector.detect(frame, "all", 0)
+    masked = detector.detect(frame, "all", 0, None, FaceFusionOptions(face_mask_types=("box", "occlusion")))
+    assert plain.error == masked.error == "" and plain.faces_detected == masked.faces_detected == 3
+    assert plain.faces.mask is None and masked.faces.mask is not None
+    assert masked.faces.mask.shape == masked.faces.crop.shape[:3]
+    assert np.array_equal(plain.faces.crop, masked.faces.crop)

@@ -220,35 +220,42 @@ def test_a_fused_stream_at_level_3_swaps_every_frame_it_delivers(fused_level2, i
 # ------------------------------------------------------------ FaceFusion's options, caps
 @pytest.fixture(scope="module")
 def capped(apps, models_config, images_dir):
-    """A fused app with dlib's 68-point landmarker, caps (pixel boost 128, no enhancer) and the
-    detector at FP32 (as the command below runs it)."""
+    """One app per placement with dlib's 68-point landmarker, caps (pixel boost 128, no enhancer) and
+    the detector at FP32 (as the command below runs it)."""
     pytest.importorskip("dlib", reason="the dlib_68 landmarker needs the [landmarks] extra")
     from ray import serve
 
     from fusion_ray.serve.app import build_app
 
     models = {**models_config.model_dump(mode="json"), "precision": {"detector": "fp32"}}
-    args = {
-        "placement": "fused",
-        "engine": {"models": models, "runtime": {"providers": ["cpu"]}, "swap": {"swapper": "classic"},
-                   "landmarker": {"model": "dlib_68"}},
-        "deployments": {"ingress": {"num_cpus": 0.05}, "fused": {"num_cpus": 0.05, "cpu_budget": 1},
-                        "enhancer_enabled": False, "state": {"num_cpus": 0.05}},
-        "limits": {"max_pixel_boost": 128, "enhancer_allowed": False},
-        "auth": {"token": None, "token_env": None, "metrics_public": True},
-        "live": {"deadline_ms": 5000},
-    }
-    serve.run(build_app(args), name="fusion_ray_capped", route_prefix="/capped")
-    base = apps["fused"].replace("/fused", "/capped")
-    return base, register_source(base, (images_dir / "obama.jpg").read_bytes(), "obama.jpg")
+    found = {}
+    for placement in PLACEMENTS:
+        args = {
+            "placement": placement,
+            "engine": {"models": models, "runtime": {"providers": ["cpu"]}, "swap": {"swapper": "classic"},
+                       "landmarker": {"model": "dlib_68"}},
+            "deployments": {"ingress": {"num_cpus": 0.05}, "fused": {"num_cpus": 0.05, "cpu_budget": 1},
+                            "detector": {"num_cpus": 0.05}, "swapper": {"num_cpus": 0.05},
+                            "enhancer_enabled": False, "state": {"num_cpus": 0.05}},
+            "limits": {"max_pixel_boost": 128, "enhancer_allowed": False},
+            "auth": {"token": None, "token_env": None, "metrics_public": True},
+            "live": {"deadline_ms": 5000},
+        }
+        serve.run(build_app(args), name=f"fusion_ray_capped_{placement}", route_prefix=f"/capped_{placement}")
+        base = apps["fused"].replace("/fused", f"/capped_{placement}")
+        found[placement] = base, register_source(base, (images_dir / "obama.jpg").read_bytes(), "obama.jpg")
+    return found
 
 
-def test_a_form_with_area_masks_gives_the_pixels_of_the_swap_command(capped, images_dir, scrfd_path, tmp_path):
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_a_form_with_area_masks_gives_the_pixels_of_the_swap_command(placement, capped, images_dir, scrfd_path,
+                                                                     tmp_path):
     """POST /v1/swap with --face-mask-types box area (dlib_68, FaceFusion's option names as form
-    fields) equals `fusion-ray swap` with the same options: the classic swap, the real detector."""
+    fields) equals `fusion-ray swap` with the same options, in both placements: the classic swap,
+    the real detector."""
     from fusion_ray.cli import main
 
-    base, source_id = capped
+    base, source_id = capped[placement]
     target = images_dir / "obama_and_biden.jpg"
     fields = [("face_mask_types", "box"), ("face_mask_types", "area"), ("face_mask_areas", "lower-face mouth"),
               ("face_mask_blur", "0.5"), ("face_landmarker_score", "0.3")]
@@ -277,7 +284,7 @@ def test_a_form_with_area_masks_gives_the_pixels_of_the_swap_command(capped, ima
     ({"face_swapper_model": "inswapper_128"}, 422, "model_not_served", "this service runs 'classic'"),
 ])
 def test_a_form_over_a_cap_or_with_a_bad_value_is_refused(capped, images_dir, fields, status, code, words):
-    base, source_id = capped
+    base, source_id = capped["fused"]
     target = (images_dir / "biden.jpg").read_bytes()
     response = requests.post(f"{base}/v1/swap", files=[("target", ("t.jpg", target, "image/jpeg"))],
                              data={"source_id": source_id, **fields}, timeout=120)
@@ -288,7 +295,7 @@ def test_a_form_over_a_cap_or_with_a_bad_value_is_refused(capped, images_dir, fi
 def test_a_live_start_over_a_cap_is_refused_with_a_close_code(capped):
     from websockets.asyncio.client import connect
 
-    base, source_id = capped
+    base, source_id = capped["split"]
 
     async def start(message: dict) -> tuple[dict, int | None]:
         async with connect(base.replace("http://", "ws://") + "/v1/stream") as conn:

@@ -85,16 +85,15 @@ def test_options_the_service_cannot_run_are_422():
     assert err.value.code == "enhance_unavailable"
 
 
-@pytest.mark.parametrize("options", [{"face_mask_types": ["box", "area"]}, {"mouth_mask": True},
-                                     {"face_swapper_weight": 0.8}, {"face_landmarker_score": 0.3}])
-def test_the_split_placement_refuses_the_model_steps_it_does_not_run(options):
-    service = settings(engine={"landmarker": {"model": "dlib_68"}})
+@pytest.mark.parametrize("options", [{"face_mask_types": ["box", "region"]}, {"face_swapper_weight": 0.8}])
+def test_the_split_placement_refuses_what_needs_a_model_after_the_swap_or_the_targets_embedding(options):
+    service = settings(engine={"landmarker": {"model": "dlib_68"}}, limits={"mask_models_allowed": ["region"]})
     ask(options, service, placement="fused")
     with pytest.raises(ApiError) as err:
         ask(options, service, placement="split")
     assert err.value.code == "not_in_placement" and next(iter(options)) in err.value.detail
-    ask({"face_mask_padding": [10], "face_mask_blur": 0.5, "face_swapper_pixel_boost": 256}, service,
-        placement="split")
+    ask({"face_mask_types": "box area", "mouth_mask": True, "face_landmarker_score": 0.3, "face_mask_padding": [10],
+         "face_swapper_pixel_boost": 256}, service, placement="split")
 
 
 def test_the_services_defaults_must_be_within_its_caps():
