@@ -109,7 +109,7 @@ def test_an_added_mask_step_reaches_the_local_runner(setup, with_shut_step, imag
 
 def test_an_added_mask_step_reaches_the_live_in_process_backend(setup, with_shut_step):
     """``fusion-ray live`` without a server: the stream backend over FrameChain, full detection
-    (level 1) and faces followed on crops (level 2, given to the chain)."""
+    (level 2) and faces followed on crops (level 3, given to the chain)."""
     from fusion_ray.live.backend import FramePlan
     from fusion_ray.live.local import EngineBackend
     from fusion_ray.live.protocol import StartMessage
@@ -118,8 +118,8 @@ def test_an_added_mask_step_reaches_the_live_in_process_backend(setup, with_shut
     backend = EngineBackend(Engine.load(cfg, cpu_budget=1))
     source = backend.add_source(frame)
     stream = asyncio.run(backend.open(StartMessage(source_id=source)))
-    detected = stream.process_sync(frame, FramePlan(seq=0, level=1, enhance=False))
-    followed = stream.process_sync(frame, FramePlan(seq=1, level=2, enhance=False, landmarks=detected.landmarks))
+    detected = stream.process_sync(frame, FramePlan(seq=0, level=2, enhance=False))
+    followed = stream.process_sync(frame, FramePlan(seq=1, level=3, enhance=False, landmarks=detected.landmarks))
     assert stream.follower.crops  # the second frame's faces were re-detected on crops
     for done in (detected, followed):
         assert done.faces_detected == 3 and len(done.landmarks) == 3
