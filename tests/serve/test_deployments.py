@@ -56,3 +56,21 @@ def test_the_detector_runs_the_steps_before_the_swap_with_the_requests_options(m
     assert plain.faces.mask is None and masked.faces.mask is not None
     assert masked.faces.mask.shape == masked.faces.crop.shape[:3]
     assert np.array_equal(plain.faces.crop, masked.faces.crop)
+
+
+def test_a_pixel_boost_cuts_and_pastes_the_crops_at_its_size_in_the_split_placement(models_config, images_dir):
+    """inswapper (STAND-IN here: only crop sizes are checked): the detector cuts a boosted request's
+    crops at k x the model's 128, and the ingress pastes at the same layout."""
+    from fusion_ray.imageio import read_image
+    from fusion_ray.serve.chain import LocalStages
+    from fusion_ray.serve.deployments import DetectorDeployment
+
+    settings = ServeSettings.model_validate({"engine": {"models": models_config.model_dump(mode="json"),
+                                                        "runtime": {"providers": ["cpu"]}}})
+    detector = DetectorDeployment.func_or_class(settings)
+    frame = read_image(images_dir / "biden.jpg").frame
+    boost = FaceFusionOptions(face_swapper_pixel_boost="256x256")
+    assert detector.detect(frame, "all", 0).faces.crop.shape[1:3] == (128, 128)
+    assert detector.detect(frame, "all", 0, None, boost).faces.crop.shape[1:3] == (256, 256)
+    local = LocalStages(settings)
+    assert (local.layout(NO_OPTIONS).size, local.layout(boost).size) == (128, 256)
