@@ -20,6 +20,7 @@ import numpy as np
 from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, RayServeException
 
+from fusion_ray.config import EngineConfig
 from fusion_ray.core import chain as core_chain
 from fusion_ray.core.facebatch import FaceBatch, FrameBatch
 from fusion_ray.core.identity import SourceFace
@@ -36,6 +37,9 @@ from fusion_ray.serve.timing import Timings
 from fusion_ray.types import SourceIdentity
 
 log = logging.getLogger(__name__)
+
+MAX_LAYOUTS = 16
+"""Sets of request options whose config and crop layout the ingress keeps made."""
 
 DOWNSTREAM_ERRORS = (RayTaskError, RayActorError, RayServeException)
 """Ray's errors from a call to another deployment (answered by :func:`downstream_error`)."""
@@ -180,16 +184,27 @@ class LocalStages:
         self.cfg = cfg
         self.swap_layout = swap_layout(cfg)
         self.enhance_layout = enhance_layout(cfg)
+        self._layouts: dict[FaceFusionOptions, tuple[EngineConfig, CropLayout]] = {NO_OPTIONS: (cfg, self.swap_layout)}
+
+    def _configured(self, options: FaceFusionOptions) -> tuple[EngineConfig, CropLayout]:
+        """The config and swap crop of a request's options, made once per set of options (the last
+        :data:`MAX_LAYOUTS`)."""
+        if options not in self._layouts:
+            cfg = configured(self.cfg, options)
+            self._layouts[options] = (cfg, swap_layout(cfg))
+            while len(self._layouts) > MAX_LAYOUTS:
+                self._layouts.pop(next(iter(self._layouts)))
+        return self._layouts[options]
 
     def layout(self, options: FaceFusionOptions) -> CropLayout:
         """The swap crop a request's options ask for (box mask padding and blur, pixel boost)."""
-        return self.swap_layout if options == NO_OPTIONS else swap_layout(configured(self.cfg, options))
+        return self._configured(options)[1]
 
     def follows(self, options: FaceFusionOptions) -> bool:
         """Whether a live stream's faces followed on crops can be swapped here: not when the request
         needs 68-point landmarks or target-crop masks (the detector deployment's steps; such a
         stream's frames are detected whole)."""
-        cfg = configured(self.cfg, options)
+        cfg = self._configured(options)[0]
         return cfg.landmarker.model == "none" and "occlusion" not in cfg.masks.types
 
     def paste(self, frame: np.ndarray, faces: FaceBatch, crops: np.ndarray, enhance: bool,
@@ -197,9 +212,9 @@ class LocalStages:
         """The frame with the swapped crops pasted through their masks (the target-crop masks the
         detector made, and the box mask when the request's mask types have it); with ``enhance``
         its faces are the enhancer crops to send on (else none)."""
-        layout = self.layout(options)
+        cfg, layout = self._configured(options)
         faces = faces.with_crops(crops)
-        if "box" in configured(self.cfg, options).masks.types:
+        if "box" in cfg.masks.types:
             faces = _with_box(faces, layout)
         swapped = FrameBatch.of([frame], faces)
         pasted = core_chain.paste(swapped.frames, swapped.faces, layout, swapped.errors)
