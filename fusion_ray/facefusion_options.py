@@ -1,13 +1,18 @@
 """FaceFusion 3.8.1's option names (``face_mask_types``, ``face_swapper_pixel_boost``, ...) mapped onto
-:class:`fusion_ray.config.EngineConfig`: one mapping for the command line (``--face-mask-types``)
-and a job manifest's ``options`` column (``{"face_mask_types": ["box", "area"]}``).
+:class:`fusion_ray.config.EngineConfig`: one mapping for the command line (``--face-mask-types``),
+a job manifest's ``options`` column (``{"face_mask_types": ["box", "area"]}``) and, typed as
+:class:`FaceFusionOptions`, the service's per-request options (the ``POST /v1/swap`` form fields
+and the live start message): :func:`configured` overlays them on the service's config.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from fusion_ray.config import EngineConfig, MaskArea, MaskRegion, MaskType, parse_config
 from fusion_ray.errors import ConfigError
 
 FACEFUSION_OPTIONS = ("face_mask_types", "face_mask_blur", "face_mask_padding", "face_mask_areas",
@@ -16,6 +21,14 @@ FACEFUSION_OPTIONS = ("face_mask_types", "face_mask_blur", "face_mask_padding", 
                       "face_swapper_weight", "face_enhancer_model", "face_enhancer_blend", "face_enhancer_weight",
                       "mouth_mask")
 """The options, with FaceFusion's names (``--face-mask-types`` on the command line)."""
+
+
+MODEL_MASKS = ("occlusion", "region")
+"""Mask types that run a model per face (what a service caps and a live stream's ladder drops first)."""
+
+PixelBoost = Literal["128x128", "256x256", "384x384", "512x512", "768x768", "1024x1024"]
+PIXEL_BOOSTS: tuple[PixelBoost, ...] = ("128x128", "256x256", "384x384", "512x512", "768x768", "1024x1024")
+"""FaceFusion's pixel boost values (``--face-swapper-pixel-boost``)."""
 
 
 def _pixels(value: Any) -> int:
@@ -73,3 +86,132 @@ def apply_facefusion_options(values: Mapping[str, Any], data: dict[str, Any]) ->
         fields = {_PLAIN[option]: value} if option in _PLAIN else _converted(option, value)
         for (section, key), field_value in fields.items():
             data[section][key] = field_value
+
+
+def _words(value: Any) -> Any:
+    """A list option as one text (a form field, FaceFusion's command line: ``"box area"``, or
+    ``"box,area"``) split into its words; other values as they are."""
+    if isinstance(value, str):
+        return value.replace(",", " ").split()
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return [word for v in value for word in v.replace(",", " ").split()]
+    return value
+
+
+class FaceFusionOptions(BaseModel):
+    """The per-request FaceFusion options (snake_case names of FaceFusion's ``--face-*`` options;
+    None: the service's own setting). The models are the service's, loaded at its start: a
+    request may name them only as the service runs them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    face_mask_types: tuple[MaskType, ...] | None = Field(
+        default=None, min_length=1, description="Masks a face is pasted through, combined by minimum: box, occlusion, "
+        "area, region (words separated by spaces or commas, or the field repeated). occlusion and region run a "
+        "model per face (limits.mask_models_allowed); area needs the service's 68-point landmarker.")
+    face_mask_blur: float | None = Field(default=None, ge=0.0, le=1.0, description="Box mask blur in [0, 1].")
+    face_mask_padding: tuple[int, ...] | None = Field(
+        default=None, min_length=1, max_length=4, description="Box mask padding in percent [0, 100]: "
+        "TOP [RIGHT [BOTTOM [LEFT]]], as CSS.")
+    face_mask_areas: tuple[MaskArea, ...] | None = Field(
+        default=None, min_length=1, description="Areas of the area mask: upper-face, lower-face, mouth.")
+    face_mask_regions: tuple[MaskRegion, ...] | None = Field(
+        default=None, min_length=1, description="Regions of the region mask: skin, left-eyebrow, right-eyebrow, "
+        "left-eye, right-eye, glasses, nose, mouth, upper-lip, lower-lip.")
+    face_occluder_model: str | None = Field(default=None, max_length=64,
+                                            description="The occlusion mask model: only the service's.")
+    face_parser_model: str | None = Field(default=None, max_length=64,
+                                          description="The region mask model: only the service's.")
+    face_landmarker_model: str | None = Field(default=None, max_length=64,
+                                              description="The 68-point landmarker: only the service's.")
+    face_landmarker_score: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="Over this score the 5 alignment points come from the 68.")
+    face_swapper_model: str | None = Field(default=None, max_length=64,
+                                           description="The swap model: only the service's.")
+    face_swapper_pixel_boost: PixelBoost | None = Field(
+        default=None, description="Swap resolution, a multiple of the model's size (512 is read as 512x512); "
+        "capped by limits.max_pixel_boost.")
+    face_swapper_weight: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="Source embedding balance against the target's (0.5: the source).")
+    face_enhancer_model: str | None = Field(
+        default=None, max_length=64, description="Enhance the swapped faces with this model: only the service's.")
+    face_enhancer_blend: int | None = Field(
+        default=None, ge=0, le=100, description="Enhanced share in percent; enables the enhancer.")
+    face_enhancer_weight: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="The enhancer's weight input, for models that have one.")
+    mouth_mask: bool | None = Field(
+        default=None, description="Keep the target's own mouth over the swap (needs the service's 68-point "
+        "landmarker).")
+
+    @field_validator("face_mask_types", "face_mask_areas", "face_mask_regions", "face_mask_padding", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return _words(value)
+
+    @field_validator("face_mask_padding")
+    @classmethod
+    def _percentages(cls, value: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if value is not None:
+            try:
+                padding_fractions(list(value))
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("face_swapper_pixel_boost", mode="before")
+    @classmethod
+    def _square(cls, value: Any) -> Any:
+        """``512`` (a number or its text) is FaceFusion's ``512x512``."""
+        if isinstance(value, int | str) and str(value).strip().isdigit():
+            return f"{int(value)}x{int(value)}"
+        return value
+
+    @property
+    def facefusion(self) -> FaceFusionOptions:
+        """These options on their own (without the fields of a model that extends them: a form, a
+        start message), as the chain carries them."""
+        return FaceFusionOptions.model_validate({name: getattr(self, name) for name in FACEFUSION_OPTIONS})
+
+    def given(self) -> dict[str, Any]:
+        """The options given, as :func:`apply_facefusion_options` takes them."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.model_dump(exclude_none=True).items()}
+
+    @property
+    def pixel_boost(self) -> int | None:
+        return None if self.face_swapper_pixel_boost is None else _pixels(self.face_swapper_pixel_boost)
+
+
+NO_OPTIONS = FaceFusionOptions()
+"""No option given: the service's own settings."""
+
+
+def configured(base: EngineConfig, options: FaceFusionOptions) -> EngineConfig:
+    """``base`` with ``options`` applied by the one mapping (ConfigError when the result is invalid)."""
+    given = options.given()
+    if not given:
+        return base
+    data = base.model_dump()
+    apply_facefusion_options(given, data)
+    return parse_config(data, EngineConfig, source="FaceFusion options")
+
+
+def served_models(cfg: EngineConfig) -> dict[str, str]:
+    """The models a config runs, by the option that names them."""
+    return {
+        "face_swapper_model": "classic" if cfg.swap.swapper == "classic" else cfg.models.swapper,
+        "face_enhancer_model": cfg.models.enhancer,
+        "face_occluder_model": cfg.masks.occluder_model,
+        "face_parser_model": cfg.masks.parser_model,
+        "face_landmarker_model": cfg.landmarker.model,
+    }
+
+
+def check_served(options: FaceFusionOptions, cfg: EngineConfig) -> None:
+    """ConfigError when ``options`` name a model other than the one ``cfg`` runs (a server's models
+    are loaded at its start; a request cannot change them)."""
+    given = options.given()
+    for option, served in served_models(cfg).items():
+        asked = given.get(option)
+        if asked is not None and asked != served:
+            raise ConfigError(f"{option} {asked!r}: this service runs {served!r} (its models are loaded at start; "
+                              "a request cannot change them)")

@@ -12,7 +12,14 @@ import pytest
 from fusion_ray.config import EngineConfig
 from fusion_ray.engine import Engine
 from fusion_ray.errors import ConfigError
-from fusion_ray.facefusion_options import apply_facefusion_options, padding_fractions
+from fusion_ray.facefusion_options import (
+    FACEFUSION_OPTIONS,
+    NO_OPTIONS,
+    FaceFusionOptions,
+    apply_facefusion_options,
+    configured,
+    padding_fractions,
+)
 from fusion_ray.imageio import read_image
 from fusion_ray.pipeline.job import JobItem, run_job
 from fusion_ray.pipeline.plan import with_overrides
@@ -39,6 +46,24 @@ def test_json_values_map_like_the_command_line() -> None:
     assert cfg.enhance.enabled and cfg.enhance.blend == 0.6
     with pytest.raises(ConfigError, match="unknown FaceFusion option"):
         apply_facefusion_options({"face_mask_colour": "red"}, EngineConfig().model_dump())
+
+
+def test_request_options_have_facefusions_names_and_go_through_the_one_mapping() -> None:
+    """FaceFusionOptions (the service's per-request options) are the mapping's options, with the
+    command line's value syntax, and configure the engine as the command line does."""
+    assert tuple(FaceFusionOptions.model_fields) == FACEFUSION_OPTIONS
+    options = FaceFusionOptions.model_validate({"face_mask_types": "box area", "face_mask_padding": "5",
+                                                "mouth_mask": True, "face_landmarker_model": "dlib_68",
+                                                "face_swapper_pixel_boost": 512, "face_enhancer_blend": 60})
+    data = EngineConfig().model_dump()
+    apply_facefusion_options({"face_mask_types": ["box", "area"], "face_mask_padding": [5], "mouth_mask": True,
+                              "face_landmarker_model": "dlib_68", "face_swapper_pixel_boost": "512x512",
+                              "face_enhancer_blend": 60}, data)
+    assert configured(EngineConfig(), options) == EngineConfig.model_validate(data)
+    assert configured(EngineConfig(), NO_OPTIONS) == EngineConfig()
+    assert hash(options) == hash(options.model_copy())  # frames are grouped by their options
+    with pytest.raises(ConfigError, match="68 points"):
+        configured(EngineConfig(), FaceFusionOptions(mouth_mask=True))
 
 
 def test_manifest_options_take_facefusion_names(scrfd_path: Path) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from fusion_ray.cli.common import add_engine_arguments, engine_config_from_args
 from fusion_ray.errors import InputError
+from fusion_ray.facefusion_options import FACEFUSION_OPTIONS
 from fusion_ray.live.client import ClientReport, http_base, register_source, run_stream
 from fusion_ray.live.sources import CaptureSource
 
@@ -26,7 +27,7 @@ TOKEN_ENV = "FUSION_RAY_API_TOKEN"
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     live = sub.add_parser("live", help="swap a camera or a video live, in this process or through a live endpoint",
                           description="Without --url: run the stream policy in this process, no server (latest frame "
-                          "wins, per-frame deadline, degradation ladder, tracking at level 2) and show the result in "
+                          "wins, per-frame deadline, degradation ladder, tracking at level 3) and show the result in "
                           "a window or write it with --output. With --url: stream the frames to "
                           "ws://HOST:PORT/v1/stream (fusion-ray serve) instead. A video file plays at its real rate "
                           "as a fake camera. Prints fps, latency and drops.")
@@ -92,6 +93,9 @@ def _start(args: argparse.Namespace, source_id: str) -> dict[str, Any]:
                              "quality": args.quality, "deadline_ms": args.deadline_ms}
     if getattr(args, "enhance", None) is not None:
         start["enhance"] = True
+    # FaceFusion's options given on the command line travel in the start message (a server checks
+    # them against its models and caps; the ladder drops the costly ones first).
+    start.update({name: value for name in FACEFUSION_OPTIONS if (value := getattr(args, name, None)) is not None})
     token = args.token or os.environ.get(TOKEN_ENV)
     if token:
         start["token"] = token

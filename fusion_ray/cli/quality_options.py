@@ -12,7 +12,7 @@ import argparse
 from typing import Any
 
 from fusion_ray.config import MASK_AREAS, MASK_REGIONS
-from fusion_ray.facefusion_options import FACEFUSION_OPTIONS, apply_facefusion_options
+from fusion_ray.facefusion_options import FACEFUSION_OPTIONS, PIXEL_BOOSTS, apply_facefusion_options
 
 MASK_TYPES = ("box", "occlusion", "area", "region")
 OCCLUDER_MODELS = ("xseg_1", "xseg_2", "xseg_3")
@@ -23,7 +23,6 @@ SWAPPER_MODELS = ("inswapper_128", "inswapper_128_fp16")
 ENHANCER_MODELS = ("gfpgan_1.4",)
 """The enhancers the chain runs today (the registry's other rows, models.spec_models.SpecEnhancer,
 are not wired yet: core/frames.py, being reworked, types the enhancer as GFPGAN's)."""
-PIXEL_BOOSTS = ("128x128", "256x256", "384x384", "512x512", "768x768", "1024x1024")
 
 
 def _fraction(text: str) -> float:

@@ -31,9 +31,11 @@ class StreamRefused(FusionRayError):
 class FramePlan:
     """How to process one frame, decided by the stream's degradation level.
 
-    ``landmarks`` not None: skip detection and swap the faces at these (N, 5, 2) landmarks (the
-    last detected ones, level 2). ``detector_size`` not None: detect on this smaller canvas
-    (level 3). ``enhance``: run the enhancer (asked for by the client and allowed by the level).
+    ``costly``: keep the stream's model masks (occlusion, region) and pixel boost (off from
+    level 1). ``enhance``: run the enhancer (asked for by the client and allowed by the level,
+    off from level 2). ``landmarks`` not None: skip detection and swap the faces at these
+    (N, 5, 2) landmarks (the last detected ones, level 3). ``detector_size`` not None: detect
+    on this smaller canvas (level 4).
     """
 
     seq: int
@@ -41,11 +43,12 @@ class FramePlan:
     enhance: bool
     landmarks: np.ndarray | None = None
     detector_size: int | None = None
+    costly: bool = True
 
 
 @dataclass(frozen=True)
 class Processed:
-    """A processed frame; ``landmarks`` (N, 5, 2) of the faces swapped, reused at level 2.
+    """A processed frame; ``landmarks`` (N, 5, 2) of the faces swapped, reused at level 3.
 
     A frame without a face is returned unchanged with no landmarks. A processor must never
     return a frame whose selected faces were not swapped (it raises instead).

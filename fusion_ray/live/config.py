@@ -28,7 +28,7 @@ TRANSPORT_MAX_BYTES = 16 * 1024 * 1024
 """The WebSocket message cap of Serve's proxy (uvicorn's default ``ws_max_size``; Ray Serve 2.60
 does not let it be set): a longer message closes the connection with 1009 (message too big)."""
 
-LEVEL_NAMES = ("normal", "enhancer_off", "detect_every_k", "small_detector", "low_quality")
+LEVEL_NAMES = ("normal", "masks_off", "enhancer_off", "detect_every_k", "small_detector", "low_quality")
 """Degradation levels, in the order the ladder steps down through them."""
 
 
@@ -40,10 +40,10 @@ class LadderConfig(_Config):
     """When a stream steps down one degradation level and back up (with hysteresis)."""
 
     allowed_levels: tuple[int, ...] = Field(
-        default=(0, 1, 2, 3, 4),
-        description="Levels the ladder may use (0 normal, 1 enhancer off, 2 detection every k-th frame, "
-        "3 smaller detector canvas, 4 lower JPEG quality); a level left out is skipped and its "
-        "degradation never applied.")
+        default=(0, 1, 2, 3, 4, 5),
+        description="Levels the ladder may use (0 normal, 1 model masks (occlusion, region) and the "
+        "stream's pixel boost off, 2 enhancer off, 3 detection every k-th frame, 4 smaller detector canvas, "
+        "5 lower JPEG quality); a level left out is skipped and its degradation never applied.")
     degrade_drop_rate: float = Field(
         default=0.25, ge=0.0, le=1.0,
         description="Unhealthy when more than this share of incoming frames is dropped (stale or deadline).")
@@ -56,9 +56,9 @@ class LadderConfig(_Config):
                                    description="... and p99 is at most this fraction of the deadline.")
     degrade_after_s: float = Field(default=2.0, gt=0.0, description="Unhealthy this long: step down one level.")
     recover_after_s: float = Field(default=5.0, gt=0.0, description="Healthy this long: step up one level.")
-    detect_every: int = Field(default=3, ge=2, description="Level 2: run detection on every k-th frame.")
-    small_detector_size: int = Field(default=320, ge=64, description="Level 3: detector canvas (multiple of 32).")
-    low_quality: int = Field(default=50, ge=1, le=100, description="Level 4: JPEG quality of results at most this.")
+    detect_every: int = Field(default=3, ge=2, description="Level 3: run detection on every k-th frame.")
+    small_detector_size: int = Field(default=320, ge=64, description="Level 4: detector canvas (multiple of 32).")
+    low_quality: int = Field(default=50, ge=1, le=100, description="Level 5: JPEG quality of results at most this.")
 
     @model_validator(mode="after")
     def _check(self) -> LadderConfig:

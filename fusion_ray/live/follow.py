@@ -1,4 +1,4 @@
-"""A live stream's faces between full detections (degradation level 2), for every host.
+"""A live stream's faces between full detections (degradation level 3), for every host.
 
 The stream's online :class:`~fusion_ray.core.tracking.Tracker` predicts where each face is;
 the host re-detects each one on a small crop around its prediction

@@ -1,8 +1,9 @@
 """The degradation ladder: pure functions over a stream's recent health, with hysteresis.
 
 Levels (cumulative; a level left out of ``allowed_levels`` is skipped and never applied):
-0 normal, 1 enhancer off, 2 detection on every k-th frame reusing the last landmarks in
-between, 3 a smaller detector canvas, 4 lower JPEG quality. A stream *degrades* one level
+0 normal, 1 model masks (occlusion, region: a model call per face) and the stream's pixel boost
+off, 2 enhancer off, 3 detection on every k-th frame reusing the last landmarks in between,
+4 a smaller detector canvas, 5 lower JPEG quality. A stream *degrades* one level
 after its windows were unhealthy (drop rate or p99 latency over the degrade thresholds) for
 ``degrade_after_s`` in a row, and *recovers* one level after they were healthy (both under the
 lower recover thresholds) for the longer ``recover_after_s``. Windows in between reset both
@@ -11,9 +12,11 @@ timers; windows without frames change nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from fusion_ray.facefusion_options import MODEL_MASKS, FaceFusionOptions
 from fusion_ray.live.config import LadderConfig
 
 Verdict = Literal["unhealthy", "healthy", "neutral", "idle"]
@@ -38,8 +41,9 @@ class LadderState:
 
 @dataclass(frozen=True)
 class Degradation:
-    """What a level changes in the processing of a frame."""
+    """What a level changes in the processing of a frame (``costly``: model masks and pixel boost kept)."""
 
+    costly: bool
     enhance: bool
     detect_every: int
     detector_size: int | None
@@ -87,8 +91,18 @@ def degradation(level: int, cfg: LadderConfig) -> Degradation:
     """The degradations in force at ``level`` (those of every allowed level up to it)."""
     active = {lv for lv in cfg.allowed_levels if 0 < lv <= level}
     return Degradation(
-        enhance=1 not in active,
-        detect_every=cfg.detect_every if 2 in active else 1,
-        detector_size=cfg.small_detector_size if 3 in active else None,
-        quality_cap=cfg.low_quality if 4 in active else None,
+        costly=1 not in active,
+        enhance=2 not in active,
+        detect_every=cfg.detect_every if 3 in active else 1,
+        detector_size=cfg.small_detector_size if 4 in active else None,
+        quality_cap=cfg.low_quality if 5 in active else None,
     )
+
+
+def without_costly(options: FaceFusionOptions, mask_types: Sequence[str]) -> FaceFusionOptions:
+    """``options`` at level 1: no model masks (occlusion, region) among their mask types (``mask_types``
+    when they give none: the host's default; the box mask when none is left) and no pixel boost of
+    their own (the host's default size)."""
+    types = options.face_mask_types if options.face_mask_types is not None else tuple(mask_types)
+    kept = tuple(t for t in types if t not in MODEL_MASKS) or ("box",)
+    return options.model_copy(update={"face_mask_types": kept, "face_swapper_pixel_boost": None})

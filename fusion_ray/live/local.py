@@ -12,13 +12,17 @@ import asyncio
 import threading
 
 from fusion_ray.core import chain
-from fusion_ray.core.frames import FrameChain, FrameJob
+from fusion_ray.core.frames import FrameChain, FrameJob, FrameRequest
+from fusion_ray.core.modelset import required_components
 from fusion_ray.core.sources import SourceStore
 from fusion_ray.engine import Engine
+from fusion_ray.errors import ConfigError
+from fusion_ray.facefusion_options import check_served, configured
 from fusion_ray.live.backend import FramePlan, Processed, SourceStatus, StreamRefused, token_matches
 from fusion_ray.live.config import LiveConfig
 from fusion_ray.live.follow import StreamFollower
 from fusion_ray.live.hub import LiveHub
+from fusion_ray.live.ladder import without_costly
 from fusion_ray.live.protocol import CLOSE_POLICY, CLOSE_UNSUPPORTED, StartMessage
 from fusion_ray.types import Frame, SourceIdentity, check_frame
 
@@ -63,13 +67,23 @@ class EngineBackend:
         identity = self.sources.get(start.source_id)
         if identity is None:
             raise StreamRefused(CLOSE_POLICY, "unknown_source", f"unknown source_id {start.source_id!r}")
-        if start.enhance and self.engine.models.enhancer is None:
+        if start.wants_enhancer and self.engine.models.enhancer is None:
             raise StreamRefused(CLOSE_UNSUPPORTED, "enhance_unavailable", "this server has no enhancer")
+        try:
+            check_served(start.facefusion, self.engine.cfg)
+            needed = required_components(configured(self.engine.cfg, start.facefusion))
+        except ConfigError as exc:
+            raise StreamRefused(CLOSE_UNSUPPORTED, "invalid_option", str(exc)) from exc
+        models = self.engine.models
+        missing = [c for c in ("landmarker", "occluder", "parser") if c in needed and getattr(models, c) is None]
+        if missing:
+            raise StreamRefused(CLOSE_UNSUPPORTED, "invalid_option",
+                                f"the options need models this server did not load: {', '.join(missing)}")
         return EngineStreamProcessor(self, identity, start)
 
 
 class EngineStreamProcessor:
-    """One stream's processing: detect (or, at level 2, follow the faces on crops), select, swap,
+    """One stream's processing: detect (or, at level 3, follow the faces on crops), select, swap,
     paste, enhance."""
 
     def __init__(self, backend: EngineBackend, identity: SourceIdentity, start: StartMessage) -> None:
@@ -77,7 +91,11 @@ class EngineStreamProcessor:
         self.engine = backend.engine
         self.identity = identity
         self.start = start
-        enhancer = [self.engine.cfg.models.enhancer] if start.enhance else []
+        self.options = start.facefusion
+        self.light = without_costly(self.options, self.engine.cfg.masks.types)
+        blend = start.face_enhancer_blend
+        self.blend = blend / 100 if blend is not None else self.engine.cfg.enhance.blend
+        enhancer = [self.engine.cfg.models.enhancer] if start.wants_enhancer else []
         used = {self.engine.cfg.models.detector, self.engine.cfg.models.swapper, *enhancer}
         self._stand_ins = sorted(n for n in self.engine.stand_in_models if n in used)
         self.follower = StreamFollower(self.engine.cfg.tracking)
@@ -94,10 +112,11 @@ class EngineStreamProcessor:
         """The frame through :class:`FrameChain` with the plan's detection choices; finding the
         faces holds the stream's follower, the rest of the chain does not."""
         check_frame(frame)
-        job = FrameJob(frame, self.start.source_id, self.identity,
-                       chain.Selection(self.start.select, self.start.face_index),
-                       self.engine.cfg.enhance.blend if plan.enhance else None, plan.detector_size, plan.seq,
-                       plan.landmarks is not None, self.follower)
+        request = FrameRequest(frame, chain.Selection(self.start.select, self.start.face_index),
+                               self.blend if plan.enhance else None, plan.detector_size, plan.seq,
+                               plan.landmarks is not None, self.follower,
+                               self.options if plan.costly else self.light)
+        job = FrameJob(request, self.start.source_id, self.identity)
         with self._follow_lock:
             found = self.backend.chain.faces(job)
         done = self.backend.chain.swap([job], [found])[0]

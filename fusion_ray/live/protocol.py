@@ -4,7 +4,8 @@
    ``source_id`` is optional; the token travels here (a browser cannot set WebSocket headers).
 2. The server answers ``{"type": "ready", "stream_id", "deadline_ms", "stand_in_models", ...}``
    or refuses with ``{"type": "error", "code", "message"}`` and closes: bad or missing token
-   1008, unknown source 1008, malformed start 1003, too many streams on this replica 1013.
+   1008, unknown source 1008, options over the server's caps (``over_cap``) 1008, malformed start
+   or options the server cannot run 1003, too many streams on this replica 1013.
 3. A frame (client -> server) is a binary message: :data:`HEADER` (uint32 sequence number,
    float64 client timestamp in ms, big-endian, 12 bytes), then a JPEG, PNG or WebP image.
 4. A result (server -> client) is a binary message: the same 12-byte header echoed, then the
@@ -28,9 +29,10 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import pydantic_core
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from fusion_ray.errors import InputError
+from fusion_ray.facefusion_options import MODEL_MASKS, FaceFusionOptions
 
 HEADER = struct.Struct(">Id")
 HEADER_SIZE = HEADER.size  # 12
@@ -64,8 +66,10 @@ class ProtocolError(InputError):
     """A client message that breaks the protocol (answered by a close or a ``dropped`` event)."""
 
 
-class StartMessage(BaseModel):
-    """The client's first message."""
+class StartMessage(FaceFusionOptions):
+    """The client's first message, with FaceFusion's per-request options
+    (:class:`~fusion_ray.facefusion_options.FaceFusionOptions`: ``face_mask_types``,
+    ``face_swapper_pixel_boost``, ...; the server refuses options over its caps)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -78,6 +82,16 @@ class StartMessage(BaseModel):
     quality: int = Field(default=85, ge=1, le=100, description="JPEG quality of results.")
     deadline_ms: int | None = Field(default=None, ge=1, le=60_000,
                                     description="Per-frame deadline; None: the server's default.")
+
+    @property
+    def wants_enhancer(self) -> bool:
+        """``enhance``, or FaceFusion's enhancer options (naming the model or a blend ask for it)."""
+        return self.enhance or self.face_enhancer_model is not None or self.face_enhancer_blend is not None
+
+    @property
+    def costly(self) -> bool:
+        """Whether it asks for a model mask (occlusion, region) or a pixel boost: what the ladder drops first."""
+        return self.face_swapper_pixel_boost is not None or bool(set(MODEL_MASKS) & set(self.face_mask_types or ()))
 
 
 def parse_start(text: str | bytes) -> StartMessage:

@@ -112,8 +112,10 @@ class Stream:
         self.on_outcome = on_outcome
         self.clock = clock
         self.deadline_ms = start.deadline_ms if start.deadline_ms is not None else cfg.deadline_ms
-        # A stream without the enhancer skips level 1 (turning it off would change nothing).
-        levels = tuple(lv for lv in cfg.ladder.allowed_levels if start.enhance or lv != 1)
+        # A stream without model masks or pixel boost of its own skips level 1, one without the
+        # enhancer level 2 (turning them off would change nothing).
+        skip = {lv for lv, used in ((1, start.costly), (2, start.wants_enhancer)) if not used}
+        levels = tuple(lv for lv in cfg.ladder.allowed_levels if lv not in skip)
         self.ladder_cfg = cfg.ladder.model_copy(update={"allowed_levels": levels})
         self.counters = StreamCounters(window=cfg.latency_window)
         self.ladder = LadderState()
@@ -207,7 +209,8 @@ class Stream:
         else:
             self._since_detect = 0
         quality = min(self.start.quality, deg.quality_cap or 100)
-        plan = FramePlan(seq, self.level, self.start.enhance and deg.enhance, landmarks, deg.detector_size)
+        plan = FramePlan(seq, self.level, self.start.wants_enhancer and deg.enhance, landmarks, deg.detector_size,
+                         deg.costly)
         return plan, quality
 
     async def _dispatch_loop(self) -> None:

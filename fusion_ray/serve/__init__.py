@@ -4,6 +4,7 @@ Modules (only ``deployments`` and ``app`` import Ray):
 
 - ``settings``: the typed ``args`` of the Serve application (``configs/serve.yaml``).
 - ``schemas``: request options and JSON bodies (they appear in the generated OpenAPI page).
+- ``quality``: FaceFusion's per-request options checked against the service's models and caps.
 - ``limits``: the API error type, the declared body length, the upload and in-flight limiters.
 - ``forms``: multipart bodies parsed with python-multipart as they arrive (byte cap, deadline).
 - ``images``: upload header checks (``fusion_ray.imageheader``; decompression bombs) and decoding.

@@ -137,7 +137,7 @@ def _v1_routes(api: FastAPI, core: IngressCore, bearer: HTTPBearer) -> None:
 
     @api.post("/v1/swap", tags=["v1"], summary="Swap the source identity into the target image",
               dependencies=[Depends(authorise)], response_class=Response,
-              responses={**image_responses, **error_responses(400, 401, 404, 408, 413, 415, 422, 503, 504)},
+              responses={**image_responses, **error_responses(400, 401, 403, 404, 408, 413, 415, 422, 503, 504)},
               openapi_extra={"requestBody": swap_request_schema()})
     async def swap(request: Request) -> Response:
         return await core.admitted("/v1/swap", request, core.swap)

@@ -20,12 +20,14 @@ import numpy as np
 from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, RayServeException
 
+from fusion_ray.config import EngineConfig
 from fusion_ray.core import chain as core_chain
 from fusion_ray.core.facebatch import FaceBatch, FrameBatch
 from fusion_ray.core.identity import SourceFace
-from fusion_ray.core.layout import enhance_layout, swap_layout
+from fusion_ray.core.layout import CropLayout, enhance_layout, swap_layout
 from fusion_ray.core.modelset import ModelInfo
 from fusion_ray.core.provenance import Provenance
+from fusion_ray.facefusion_options import NO_OPTIONS, FaceFusionOptions, configured
 from fusion_ray.live.backend import SourceStatus
 from fusion_ray.serve.deployments import DetectReply
 from fusion_ray.serve.limits import ApiError, wait_for
@@ -35,6 +37,9 @@ from fusion_ray.serve.timing import Timings
 from fusion_ray.types import SourceIdentity
 
 log = logging.getLogger(__name__)
+
+MAX_LAYOUTS = 16
+"""Sets of request options whose config and crop layout the ingress keeps made."""
 
 DOWNSTREAM_ERRORS = (RayTaskError, RayActorError, RayServeException)
 """Ray's errors from a call to another deployment (answered by :func:`downstream_error`)."""
@@ -91,8 +96,9 @@ class Downstream:
 
     # ------------------------------------------------------------ the chain
     async def detect(self, t: Timings, frame: np.ndarray, mode: str, index: int,
-                     size: int | None = None) -> DetectReply:
-        found: DetectReply = await self.call(t, "detect", lambda: self.detector.detect.remote(frame, mode, index, size))
+                     size: int | None = None, options: FaceFusionOptions = NO_OPTIONS) -> DetectReply:
+        found: DetectReply = await self.call(
+            t, "detect", lambda: self.detector.detect.remote(frame, mode, index, size, options))
         t.record("detect_compute", found.compute_s)  # the detect stage minus the hop
         _failed(found.error, "detection")
         return found
@@ -105,8 +111,9 @@ class Downstream:
         self.record_batch("embedder", result)
         return result["identity"]  # type: ignore[no-any-return]
 
-    async def swap(self, t: Timings, crops: np.ndarray, identity: SourceIdentity, key: str) -> np.ndarray:
-        swapped = await self.call(t, "swap", lambda: self.swapper.swap.remote(crops, identity, key))
+    async def swap(self, t: Timings, crops: np.ndarray, identity: SourceIdentity, key: str,
+                   options: FaceFusionOptions = NO_OPTIONS) -> np.ndarray:
+        swapped = await self.call(t, "swap", lambda: self.swapper.swap.remote(crops, identity, key, options))
         self.record_batch("swapper", swapped)
         _failed(swapped["error"], "swap")
         return swapped["crops"]  # type: ignore[no-any-return]
@@ -159,6 +166,13 @@ class Downstream:
         return await self.call(t, "metrics", lambda: self.state.render_metrics.remote(gauges))  # type: ignore[no-any-return]
 
 
+def _with_box(faces: FaceBatch, layout: CropLayout) -> FaceBatch:
+    """The faces with the layout's mask joined to theirs (the chain's box mask step)."""
+    if not len(faces):
+        return faces
+    return faces.with_mask(np.broadcast_to(layout.mask, (len(faces), *layout.mask.shape)))
+
+
 class LocalStages:
     """Paste and provenance, run in the ingress on the core's values (no model is loaded here)."""
 
@@ -170,12 +184,40 @@ class LocalStages:
         self.cfg = cfg
         self.swap_layout = swap_layout(cfg)
         self.enhance_layout = enhance_layout(cfg)
+        self._layouts: dict[FaceFusionOptions, tuple[EngineConfig, CropLayout]] = {NO_OPTIONS: (cfg, self.swap_layout)}
 
-    def paste(self, frame: np.ndarray, faces: FaceBatch, crops: np.ndarray, enhance: bool) -> FrameBatch:
-        """The frame with the swapped crops pasted; with ``enhance`` its faces are the enhancer
-        crops to send on (else none)."""
-        swapped = FrameBatch.of([frame], faces.with_crops(crops))
-        pasted = core_chain.paste(swapped.frames, swapped.faces, self.swap_layout, swapped.errors)
+    def _configured(self, options: FaceFusionOptions) -> tuple[EngineConfig, CropLayout]:
+        """The config and swap crop of a request's options, made once per set of options (the last
+        :data:`MAX_LAYOUTS`)."""
+        if options not in self._layouts:
+            cfg = configured(self.cfg, options)
+            self._layouts[options] = (cfg, swap_layout(cfg))
+            while len(self._layouts) > MAX_LAYOUTS:
+                self._layouts.pop(next(iter(self._layouts)))
+        return self._layouts[options]
+
+    def layout(self, options: FaceFusionOptions) -> CropLayout:
+        """The swap crop a request's options ask for (box mask padding and blur, pixel boost)."""
+        return self._configured(options)[1]
+
+    def follows(self, options: FaceFusionOptions) -> bool:
+        """Whether a live stream's faces followed on crops can be swapped here: not when the request
+        needs 68-point landmarks or target-crop masks (the detector deployment's steps; such a
+        stream's frames are detected whole)."""
+        cfg = self._configured(options)[0]
+        return cfg.landmarker.model == "none" and "occlusion" not in cfg.masks.types
+
+    def paste(self, frame: np.ndarray, faces: FaceBatch, crops: np.ndarray, enhance: bool,
+              options: FaceFusionOptions = NO_OPTIONS) -> FrameBatch:
+        """The frame with the swapped crops pasted through their masks (the target-crop masks the
+        detector made, and the box mask when the request's mask types have it); with ``enhance``
+        its faces are the enhancer crops to send on (else none)."""
+        cfg, layout = self._configured(options)
+        faces = faces.with_crops(crops)
+        if "box" in cfg.masks.types:
+            faces = _with_box(faces, layout)
+        swapped = FrameBatch.of([frame], faces)
+        pasted = core_chain.paste(swapped.frames, swapped.faces, layout, swapped.errors)
         cut = (core_chain.align_for_enhance(pasted, swapped.faces, self.enhance_layout, swapped.errors)
                if enhance else FaceBatch.empty())
         _failed(swapped.first_error, "paste")
@@ -189,9 +231,11 @@ class LocalStages:
         _failed(out.first_error, "paste")
         return out
 
-    def provenance(self, models: dict[str, ModelInfo], enhance: bool) -> Provenance:
-        """The :class:`Provenance` of the models an output used (the enhancer's only with ``enhance``)."""
-        names = {self.cfg.models.detector, self.cfg.models.embedder, self.cfg.models.swapper}
+    def provenance(self, models: dict[str, ModelInfo], enhance: bool,
+                   extra: frozenset[str] = frozenset()) -> Provenance:
+        """The :class:`Provenance` of the models an output used (the enhancer's only with ``enhance``;
+        ``extra``: the landmarker and mask models its options ran)."""
+        names = {self.cfg.models.detector, self.cfg.models.embedder, self.cfg.models.swapper, *extra}
         if enhance:
             names.add(self.cfg.models.enhancer)
         return Provenance.of(models, names)

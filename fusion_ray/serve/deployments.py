@@ -1,6 +1,6 @@
 """Ray Serve deployments over the typed core (:mod:`fusion_ray.core`).
 
-- :class:`DetectorDeployment` (CPU): ``chain.detect_select_align`` on one frame per call; also
+- :class:`DetectorDeployment` (CPU): the chain's steps before the swap on one frame per call; also
   picks and cuts the source face of a source image for the embedder (``core.identity``).
 - :class:`SwapperDeployment` (GPU when present): ``chain.swap`` with ``@serve.batch`` across
   concurrent requests (one backend call over every face of every request in the batch), and
@@ -30,22 +30,27 @@ from ray import serve
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.core import chain, identity
-from fusion_ray.core.facebatch import NO_TRACK, FaceBatch
-from fusion_ray.core.layout import swap_layout
-from fusion_ray.core.modelset import ModelInfo, ModelSet
+from fusion_ray.core.facebatch import NO_TRACK, FaceBatch, FrameBatch
+from fusion_ray.core.modelset import Component, ModelInfo, ModelSet
 from fusion_ray.core.redetect import CropBox, RoiResult, redetect
 from fusion_ray.core.sources import SourceStore
-from fusion_ray.core.swapper import swap_backend
+from fusion_ray.core.steps import Chain, Rows, Tools
+from fusion_ray.core.swapper import SwapBackend, swap_backend
 from fusion_ray.core.tracking import TrackPrediction
+from fusion_ray.facefusion_options import NO_OPTIONS, FaceFusionOptions, configured
 from fusion_ray.live.backend import SourceStatus
 from fusion_ray.models.detector import DetectorCanvases, ScrfdDetector
 from fusion_ray.models.enhancer import blend_crops
 from fusion_ray.serve.batching import AdaptiveWait
 from fusion_ray.serve.metrics import MetricsStore, Snapshot
+from fusion_ray.serve.quality import loaded_config, quality_components
 from fusion_ray.serve.settings import BatchSettings, ServeSettings
 from fusion_ray.types import SourceIdentity
 
 log = logging.getLogger(__name__)
+
+MAX_SETUPS = 16
+"""Sets of request options whose steps a detector replica keeps made."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,8 @@ def _batch_record(requests: int, faces: int, seconds: float) -> dict[str, float]
 
 @serve.deployment(name="Detector")
 class DetectorDeployment:
-    """CPU: SCRFD detection, face selection and swap crops (the core's ``detect_select_align``)."""
+    """CPU: the chain's steps before the swap (detection, selection, 68-point landmarks, the swap
+    crops and the target-crop masks), each request with its own options."""
 
     def __init__(self, settings: ServeSettings) -> None:
         self.cfg: EngineConfig = settings.engine.in_ray_actor(settings.deployments.detector.num_gpus > 0)
@@ -92,27 +98,44 @@ class DetectorDeployment:
         threads = max(1, math.ceil(budget)) if budget is not None else None
         if threads is not None:
             cv2.setNumThreads(threads)
-        self.models = ModelSet.load(self.cfg, ["detector"], cpu_budget=budget)
-        self.layout = swap_layout(self.cfg)
+        # The landmarker and the occluder requests may ask for (the parser runs on swapped crops: fused only).
+        components: list[Component] = ["detector", *(c for c in quality_components(settings) if c != "parser")]
+        loading = loaded_config(settings).in_ray_actor(settings.deployments.detector.num_gpus > 0)
+        self.models = ModelSet.load(loading, components, cpu_budget=budget)
         self._canvases = DetectorCanvases(self.models.need_detector())
+        self._setups: dict[FaceFusionOptions, tuple[Tools, Chain]] = {}
         log.info("detector replica ready (cpu budget %s)", budget)
 
     def _detector(self, size: int | None, *, square: bool = False) -> ScrfdDetector:
-        """The detector, or one over the same session on a smaller canvas (a live stream's level 3;
+        """The detector, or one over the same session on a smaller canvas (a live stream's level 4;
         square crops for re-detection)."""
         return self._canvases.get(size, square=square)
 
-    def detect(self, frame: np.ndarray, mode: str, index: int, size: int | None = None) -> DetectReply:
-        """Faces found, and the selected faces (a FaceBatch with swap crops)."""
+    def _setup(self, options: FaceFusionOptions) -> tuple[Tools, Chain]:
+        """The tools and the steps before the swap under ``options`` (the target embedding for the
+        swapper weight is the fused placement's)."""
+        if options not in self._setups:
+            cfg = configured(self.cfg, options)
+            before = Chain.of(cfg).split("target_mask")[0]
+            self._setups[options] = (Tools(cfg, self.models),
+                                     Chain(tuple(s for s in before.steps if s.name != "target_embed")))
+            while len(self._setups) > MAX_SETUPS:
+                self._setups.pop(next(iter(self._setups)))
+        return self._setups[options]
+
+    def detect(self, frame: np.ndarray, mode: str, index: int, size: int | None = None,
+               options: FaceFusionOptions = NO_OPTIONS) -> DetectReply:
+        """Faces found, and the selected faces (a FaceBatch with swap crops, cut at the crop the
+        request's options ask, and their target-crop masks)."""
         start = time.perf_counter()
-        errors = [""]
-        found = chain.detect_select_align(self._detector(size), [frame], errors,
-                                          [chain.Selection(mode, index)], self.layout)
-        return DetectReply(found.faces, int(found.faces_detected[0]), errors[0], time.perf_counter() - start)
+        tools, steps = self._setup(options)
+        done = steps.run(tools, Rows([chain.Selection(mode, index)], [""], canvases=[size]), FrameBatch.of([frame]))
+        detected = int(done.counter("faces_detected")[0]) if not done.errors[0] else 0
+        return DetectReply(done.faces, detected, done.errors[0], time.perf_counter() - start)
 
     def redetect(self, frame: np.ndarray, predictions: list[TrackPrediction],
                  previous: dict[int, CropBox]) -> RoiResult:
-        """Each predicted face re-detected on a small crop around it (a live stream's level 2:
+        """Each predicted face re-detected on a small crop around it (a live stream's level 3:
         the stream's tracker lives in the ingress; this replica keeps no per-stream state)."""
         tracking = self.cfg.tracking
         return redetect(frame, self._detector(tracking.roi_canvas, square=True), predictions, tracking, previous)
@@ -146,29 +169,41 @@ class SwapperDeployment:
         log.info("swapper replica ready (cpu budget %s, swap batch %d)", budget,
                  settings.batching.swap.max_batch_size)
 
-    async def swap(self, crops: np.ndarray, identity: SourceIdentity, source_id: str) -> dict[str, Any]:
-        """One request: its (n, S, S, 3) crops, identity and source id -> swapped crops (batched)."""
+    async def swap(self, crops: np.ndarray, identity: SourceIdentity, source_id: str,
+                   options: FaceFusionOptions = NO_OPTIONS) -> dict[str, Any]:
+        """One request: its (n, S, S, 3) crops, identity, source id and options -> swapped crops (batched)."""
         _set_wait(self._swap_batched, self.swap_wait.arrival(time.monotonic()))  # type: ignore[misc]
-        return await self._swap_batched(crops, identity, source_id)  # type: ignore[misc,call-arg,arg-type,no-any-return]
+        return await self._swap_batched(crops, identity, source_id, options)  # type: ignore[misc,call-arg,arg-type,no-any-return]
 
     @serve.batch  # type: ignore[arg-type]
     async def _swap_batched(  # type: ignore[misc]
         self, crops: list[np.ndarray], identities: list[SourceIdentity], source_ids: list[str],
+        options: list[FaceFusionOptions],
     ) -> list[dict[str, Any]]:
         # The model call leaves the event loop free, so the next batch can gather meanwhile.
-        return await asyncio.to_thread(self._swap_batch, crops, identities, source_ids)
+        return await asyncio.to_thread(self._swap_batch, crops, identities, source_ids, options)
 
-    def _swap_batch(self, crops: list[np.ndarray], identities: list[SourceIdentity],
-                    source_ids: list[str]) -> list[dict[str, Any]]:
-        """One backend call over every face of every request; a request with a bad identity fails alone."""
+    def _swap_batch(self, crops: list[np.ndarray], identities: list[SourceIdentity], source_ids: list[str],
+                    options: list[FaceFusionOptions]) -> list[dict[str, Any]]:
+        """One backend call over every face of the requests with the same options (the classic swap
+        blends through the options' crop mask); a request with a bad identity fails alone."""
         start = time.perf_counter()
-        errors = [""] * len(crops)
-        faces = _crops_batch(crops, source_ids)
-        swapped = chain.swap(self.backend, faces, dict(zip(source_ids, identities, strict=True)), errors)
-        results: list[dict[str, Any]] = [{"crops": _crops_of(swapped, i, crops[i]), "error": errors[i]}
-                                         for i in range(len(crops))]
+        results: list[dict[str, Any]] = [{} for _ in crops]
+        for wanted in dict.fromkeys(options):
+            rows = [i for i, o in enumerate(options) if o == wanted]
+            errors = [""] * len(rows)
+            faces = _crops_batch([crops[i] for i in rows], [source_ids[i] for i in rows])
+            swapped = chain.swap(self._backend(wanted), faces,
+                                 {source_ids[i]: identities[i] for i in rows}, errors)
+            for k, i in enumerate(rows):
+                results[i] = {"crops": _crops_of(swapped, k, crops[i]), "error": errors[k]}
         results[0]["batch"] = _batch_record(len(crops), sum(len(c) for c in crops), time.perf_counter() - start)
         return results
+
+    def _backend(self, options: FaceFusionOptions) -> SwapBackend:
+        if options == NO_OPTIONS:
+            return self.backend
+        return swap_backend(configured(self.cfg, options), self.models)
 
     async def embed(self, faces: list[identity.SourceFace]) -> dict[str, Any]:
         """One request: the source faces of its source images -> one identity (embedding batched)."""

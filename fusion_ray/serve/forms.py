@@ -49,6 +49,11 @@ class Form:
     def names(self) -> set[str]:
         return {p.name for p in self.parts}
 
+    def texts(self, name: str) -> list[str]:
+        """Every value of a text field given once or repeated (a list option), in order."""
+        return [part.data.decode("utf-8", "replace").strip() for part in self.parts
+                if part.name == name and part.filename is None and part.name not in FILE_FIELDS]
+
     def text_fields(self) -> dict[str, str]:
         """Fields without a filename, as text (a repeated field keeps its last value).
 

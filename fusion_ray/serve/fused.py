@@ -4,7 +4,10 @@
 :class:`~fusion_ray.core.frames.FrameChain` (the core's functions, as the engine and
 ``fusion-ray live`` run them), with ``@serve.batch`` over the frames of concurrent HTTP requests
 and live streams: one call per frame from the ingress, one swap and one enhancer call per batch.
-It also answers what the split detector and swapper answer for source registration
+Each frame's FaceFusion options (masks, pixel boost, weights) run in the same chain, frames with
+the same options batched together; the landmarker and the mask models requests may ask for
+(``limits.mask_models_allowed``) are loaded at start. It also answers what the split detector
+and swapper answer for source registration
 (``source_face``, a batched ``embed``) and readiness (``model_info``), so the ingress' source
 path is the same for both placements. On a node with no GPU or one, this saves the hops between
 the detector, swapper and enhancer replicas (each a serialised frame or crop batch) that the
@@ -34,6 +37,7 @@ from fusion_ray.serve.deployments import (
     embed_batch,
     source_face,
 )
+from fusion_ray.serve.quality import loaded_config, quality_components
 from fusion_ray.serve.settings import ServeSettings
 
 log = logging.getLogger(__name__)
@@ -53,12 +57,14 @@ class FusedDeployment:
         self.cfg = settings.engine.in_ray_actor(dep.num_gpus > 0)
         budget = dep.threads_budget()
         cv2.setNumThreads(max(1, math.ceil(budget)))
-        components: list[Component] = ["detector"]
+        components: list[Component] = ["detector", *quality_components(settings)]
         if self.cfg.swap.swapper == "inswapper":
             components += ["swapper", "embedder"]
         if settings.deployments.enhancer_enabled:
             components.append("enhancer")
-        self.models = ModelSet.load(self.cfg, components, cpu_budget=budget)
+        # The landmarker and the mask models requests may ask for (limits.mask_models_allowed), loaded now.
+        loading = loaded_config(settings).in_ray_actor(dep.num_gpus > 0)
+        self.models = ModelSet.load(loading, components, cpu_budget=budget)
         self.chain = FrameChain(self.cfg, self.models)
         _configure_batching(self._process_batched, settings.batching.frames)  # type: ignore[misc]
         _configure_batching(self._embed_batched, settings.batching.embed)

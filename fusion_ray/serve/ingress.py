@@ -53,6 +53,7 @@ from fusion_ray.serve.placement import (
     SplitChain,
     first_error_cancels,
 )
+from fusion_ray.serve.quality import request_quality
 from fusion_ray.serve.schemas import (
     FACES_DETECTED_HEADER,
     FACES_SWAPPED_HEADER,
@@ -127,7 +128,7 @@ class IngressCore:
                                   else SplitChain(self.downstream, self.local, settings.engine.tracking))
         self.live = LiveHub(settings.live, ServeStreamBackend(self), metrics=_Flushing(self.metrics))
         self.replica = uuid.uuid4().hex[:8]
-        self._provenance: dict[bool, Provenance] = {}
+        self._provenance: dict[tuple[bool, frozenset[str]], Provenance] = {}
 
     async def call(self, stage: str, make: Callable[[], Any]) -> Any:
         """One downstream call outside a request's timings (see :meth:`Downstream.call`)."""
@@ -185,14 +186,16 @@ class IngressCore:
                 raise ApiError(400, "client_disconnected", "the client closed the connection mid-body") from exc
 
     # ------------------------------------------------------------ models
-    async def provenance(self, t: Timings, enhance: bool) -> Provenance:
-        """What made this replica's outputs (with or without the enhancer), from every deployment's
-        model info, fetched once (replicas load their models before serving). It writes the
-        stand-in header, the image metadata and the stand-in lists of the responses."""
-        if enhance not in self._provenance:
+    async def provenance(self, t: Timings, enhance: bool, extra: frozenset[str] = frozenset()) -> Provenance:
+        """What made this replica's outputs (with or without the enhancer, with the landmarker and
+        mask models ``extra``), from every deployment's model info, fetched once (replicas load their
+        models before serving). It writes the stand-in header, the image metadata and the stand-in
+        lists of the responses."""
+        key = (enhance, extra)
+        if key not in self._provenance:
             models = await self.downstream.model_info(t)
-            self._provenance[enhance] = self.local.provenance(models, enhance)
-        return self._provenance[enhance]
+            self._provenance[key] = self.local.provenance(models, enhance, extra)
+        return self._provenance[key]
 
     async def thread(self, t: Timings, stage: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         with t.timed(stage):
@@ -241,8 +244,10 @@ class IngressCore:
 
     # ------------------------------------------------------------ swap
     async def swap(self, form: Form, t: Timings) -> Response:
-        req = SwapRequest.from_form(form, self.limits.max_pixels, self.downstream.enhancer is not None)
+        req = SwapRequest.from_form(form, self.limits.max_pixels)
         opts = req.options
+        quality = request_quality(opts.facefusion, self.settings, enhancer=self.downstream.enhancer is not None,
+                                  enhance=opts.enhance, blend=opts.blend, placement=self.chain.placement)
         mode = opts.select or self.settings.engine.selection.mode
         index = opts.face_index if opts.face_index is not None else self.settings.engine.selection.index
 
@@ -253,11 +258,10 @@ class IngressCore:
                 return "inline_" + uuid.uuid4().hex, await self.identity_from_images(t, req.sources,
                                                                                      req.source_headers)
 
-        blend = opts.blend if opts.blend is not None else self.settings.engine.enhance.blend
-
         async def swapped() -> tuple[LoadedImage, FrameDone]:
             loaded = await self.decode(t, req.target, req.target_header, "target image")
-            request = FrameRequest(loaded.frame, Selection(mode, index), blend if opts.enhance else None)
+            request = FrameRequest(loaded.frame, Selection(mode, index), quality.enhance_blend,
+                                   options=quality.options)
             return loaded, await self.chain.frame(t, request, identity)
 
         identity = asyncio.ensure_future(get_identity())  # looked up (or embedded) while the target decodes
@@ -265,7 +269,7 @@ class IngressCore:
         headers = {FACES_DETECTED_HEADER: str(done.faces_detected), FACES_SWAPPED_HEADER: str(done.faces_swapped)}
         if done.faces_swapped == 0:
             return await self._unchanged(t, req, loaded, done.faces_detected, headers, mode, index)
-        made_by = await self.provenance(t, opts.enhance)
+        made_by = await self.provenance(t, quality.enhance_blend is not None, quality.models)
         if made_by.header_value():
             headers[STAND_IN_HEADER] = made_by.header_value()  # type: ignore[assignment]
         metadata = {**made_by.metadata(), **_changes(loaded, opts.format, headers)}

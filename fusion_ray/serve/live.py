@@ -7,7 +7,9 @@ the canvas the stream's degradation level asks for), the swap and enhancer on th
 deployments, pasting in the ingress. The stream core (:mod:`fusion_ray.live`) does the rest:
 dropping, deadlines, ordering, the ladder, stats.
 
-At degradation level 2 a stream detects on every k-th frame only; in between, its follower
+A stream's start message carries FaceFusion's options (checked against the service's models and
+caps as a form's are, :mod:`fusion_ray.serve.quality`); from degradation level 1 its frames run
+without model masks and its pixel boost. At level 3 a stream detects on every k-th frame only; in between, its follower
 (:mod:`fusion_ray.live.follow`, held here, per stream) predicts each face and the detector
 re-detects it on a small crop, several times cheaper than the whole frame. The fused placement
 carries the follower to its replica with the frame and sends it back updated.
@@ -20,9 +22,11 @@ from typing import TYPE_CHECKING
 from fusion_ray.core import chain
 from fusion_ray.live.backend import FramePlan, Processed, SourceStatus, StreamRefused
 from fusion_ray.live.follow import StreamFollower
+from fusion_ray.live.ladder import without_costly
 from fusion_ray.live.protocol import CLOSE_POLICY, CLOSE_UNSUPPORTED, StartMessage
 from fusion_ray.serve.limits import ApiError, clip
 from fusion_ray.serve.placement import FrameRequest, ServeChain, known
+from fusion_ray.serve.quality import RequestQuality, request_quality
 from fusion_ray.serve.timing import Timings
 from fusion_ray.types import Frame, SourceIdentity
 
@@ -48,10 +52,14 @@ class ServeStreamBackend:
                 raise StreamRefused(CLOSE_POLICY, "unknown_source",
                                     f"unknown source_id {clip(start.source_id)!r}") from exc
             raise StreamRefused(CLOSE_POLICY, exc.code, exc.detail) from exc
-        if start.enhance and self.core.downstream.enhancer is None:
-            raise StreamRefused(CLOSE_UNSUPPORTED, "enhance_unavailable", "this service runs without the enhancer")
-        stand_ins = list((await self.core.provenance(t, start.enhance)).stand_in_models)
-        return ServeStreamProcessor(self.core, identity, start, stand_ins)
+        try:
+            quality = request_quality(start.facefusion, self.core.settings, enhance=start.enhance,
+                                      enhancer=self.core.downstream.enhancer is not None,
+                                      placement=self.core.chain.placement)
+        except ApiError as exc:  # over a cap: policy; options the service cannot run: unsupported
+            raise StreamRefused(CLOSE_POLICY if exc.status == 403 else CLOSE_UNSUPPORTED, exc.code, exc.detail) from exc
+        made_by = await self.core.provenance(t, quality.enhance_blend is not None, quality.models)
+        return ServeStreamProcessor(self.core, identity, start, quality, list(made_by.stand_in_models))
 
     async def source_status(self, source_ids: set[str]) -> SourceStatus:
         """From the state deployment, shared by every ingress replica."""
@@ -61,11 +69,12 @@ class ServeStreamBackend:
 class ServeStreamProcessor:
     """One stream: its identity, options and follower; each frame goes through the placed chain."""
 
-    def __init__(self, core: IngressCore, identity: SourceIdentity, start: StartMessage,
+    def __init__(self, core: IngressCore, identity: SourceIdentity, start: StartMessage, quality: RequestQuality,
                  stand_ins: list[str]) -> None:
         self.runner: ServeChain = core.chain
         self.metrics = core.metrics
-        self.blend = core.settings.engine.enhance.blend
+        self.quality = quality
+        self.light = without_costly(quality.options, core.settings.engine.masks.types)
         self.identity = identity
         self.start = start
         self.key = f"stream_{start.source_id}"
@@ -79,8 +88,9 @@ class ServeStreamProcessor:
     async def process(self, frame: Frame, plan: FramePlan) -> Processed:
         """The frame with its selected faces swapped; raises rather than return an unswapped face."""
         request = FrameRequest(frame, chain.Selection(self.start.select, self.start.face_index),
-                               self.blend if plan.enhance else None, plan.detector_size, plan.seq,
-                               plan.landmarks is not None, self.follower)
+                               self.quality.enhance_blend if plan.enhance else None, plan.detector_size, plan.seq,
+                               plan.landmarks is not None, self.follower,
+                               self.quality.options if plan.costly else self.light)
         done = await self.runner.frame(Timings(self.metrics), request, known(self.key, self.identity))
         if isinstance(done.follower, StreamFollower):  # the fused placement sends back an updated copy
             self.follower = done.follower

@@ -12,13 +12,20 @@
 Both take the frame's identity as an awaitable, so the split placement detects while the source
 is still being looked up or embedded, and both return a
 :class:`~fusion_ray.core.frames.FrameDone` with the same pixels (tests/serve/test_placement.py).
+
+A request's FaceFusion options (:attr:`FrameRequest.options`) go with the frame: the fused
+deployment runs them in its chain; in the split placement the detector deployment runs the
+chain's steps before the swap under them (landmarks, crops at the pixel boost's size, area,
+mouth and occlusion masks), the swapper swaps with them and the ingress pastes through their
+masks. The region mask (a model on the swapped crop) and the swapper weight (the target's
+embedding) run in the fused placement only: the ingress refuses them here
+(:mod:`fusion_ray.serve.quality`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -26,27 +33,14 @@ import numpy as np
 from fusion_ray.config import TrackingConfig
 from fusion_ray.core import chain
 from fusion_ray.core.facebatch import FaceBatch
-from fusion_ray.core.frames import Follower, FrameDone, FrameJob
+from fusion_ray.core.frames import FrameDone, FrameJob, FrameRequest
 from fusion_ray.serve.chain import Downstream, LocalStages
 from fusion_ray.serve.limits import ApiError
 from fusion_ray.serve.timing import Timings
-from fusion_ray.types import Frame, SourceIdentity
+from fusion_ray.types import SourceIdentity
 
 Identity = Awaitable[tuple[str, SourceIdentity]]
 """A frame's (source key, identity), maybe still being looked up or embedded."""
-
-
-@dataclass(frozen=True)
-class FrameRequest:
-    """One frame and how to process it (see :class:`~fusion_ray.core.frames.FrameJob`)."""
-
-    frame: Frame
-    selection: chain.Selection
-    enhance_blend: float | None = None
-    detector_size: int | None = None
-    seq: int = 0
-    follow: bool = False
-    follower: Follower | None = None
 
 
 class ServeChain(Protocol):
@@ -92,8 +86,7 @@ class FusedChain:
 
     async def frame(self, t: Timings, request: FrameRequest, identity: Identity) -> FrameDone:
         key, who = await identity
-        job = FrameJob(request.frame, key, who, request.selection, request.enhance_blend, request.detector_size,
-                       request.seq, request.follow, request.follower)
+        job = FrameJob(request, key, who)
         fused = self.downstream.detector
         result = await self.downstream.call(t, "chain", lambda: fused.process.remote(job))
         self.downstream.record_batch("fused", result)
@@ -118,10 +111,10 @@ class SplitChain:
         (faces, detected), (key, who) = await first_error_cancels(self._faces(t, request), identity)
         if not len(faces):
             return FrameDone(request.frame, detected, np.zeros((0, 5, 2), np.float32), "", request.follower)
-        swapped = await self.downstream.swap(t, faces.require_crops()[0], who, key)
+        swapped = await self.downstream.swap(t, faces.require_crops()[0], who, key, request.options)
         enhance = request.enhance_blend is not None
         with t.timed("paste"):
-            out = await asyncio.to_thread(self.local.paste, request.frame, faces, swapped, enhance)
+            out = await asyncio.to_thread(self.local.paste, request.frame, faces, swapped, enhance, request.options)
         if request.enhance_blend is not None:
             enhanced = await self.downstream.enhance(t, out.faces.require_crops()[0], request.enhance_blend)
             with t.timed("paste_enhanced"):
@@ -132,11 +125,11 @@ class SplitChain:
         return self.downstream.probes()
 
     async def _faces(self, t: Timings, request: FrameRequest) -> tuple[FaceBatch, int]:
-        """The faces to swap (with crops): detected on the whole frame, or (a live stream at level 2)
+        """The faces to swap (with crops): detected on the whole frame, or (a live stream at level 3)
         followed by its tracker: each tracked face re-detected on a small crop."""
         follower = request.follower
         predictions = follower.predictions(request.seq, request.follow) if follower is not None else []
-        if follower is None or not predictions:
+        if follower is None or not predictions or not self.local.follows(request.options):
             return await self._detect(t, request)
         crops, frame = dict(follower.crops), request.frame
         roi = await self.downstream.call(
@@ -145,7 +138,8 @@ class SplitChain:
         if faces is None:
             return await self._detect(t, request)
         errors = [""]
-        cut = await asyncio.to_thread(chain.align, [frame], faces, self.local.swap_layout, errors, "align")
+        layout = self.local.layout(request.options)
+        cut = await asyncio.to_thread(chain.align, [frame], faces, layout, errors, "align")
         if errors[0]:
             raise ApiError(500, "stage_failed", f"align failed: {errors[0]}")
         return cut, len(faces)
@@ -153,7 +147,7 @@ class SplitChain:
     async def _detect(self, t: Timings, request: FrameRequest) -> tuple[FaceBatch, int]:
         """Whole-frame detection and selection on the detector deployment; the follower follows it."""
         found = await self.downstream.detect(t, request.frame, request.selection.mode, request.selection.index,
-                                             request.detector_size)
+                                             request.detector_size, request.options)
         if request.follower is not None:
             request.follower.detected(request.seq, found.faces, request.frame.shape[:2])
         return found.faces, found.faces_detected

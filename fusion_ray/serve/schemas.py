@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from fusion_ray.facefusion_options import FaceFusionOptions
 from fusion_ray.serve.forms import Form, Part
 from fusion_ray.serve.images import ImageHeader, check_image
 from fusion_ray.serve.limits import ApiError, clip
@@ -21,8 +23,13 @@ MEDIA_TYPES = {"png": "image/png", "jpeg": "image/jpeg"}
 SUFFIXES = {"png": ".png", "jpeg": ".jpg"}
 
 
-class SwapOptions(BaseModel):
-    """Text fields of ``POST /v1/swap`` (besides the ``target`` and ``source`` files)."""
+LIST_OPTIONS = ("face_mask_types", "face_mask_padding", "face_mask_areas", "face_mask_regions")
+"""FaceFusion options that take several values: the field repeated, or one field of words."""
+
+
+class SwapOptions(FaceFusionOptions):
+    """Text fields of ``POST /v1/swap`` (besides the ``target`` and ``source`` files), with
+    FaceFusion's per-request options (:class:`~fusion_ray.facefusion_options.FaceFusionOptions`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -32,17 +39,18 @@ class SwapOptions(BaseModel):
         default=None, description="Which target faces to swap (default: the service's configured mode).")
     face_index: int | None = Field(default=None, ge=0, le=1024,
                                    description="Face index in reading order, for select=index.")
-    enhance: bool = Field(default=False, description="Enhance the swapped faces (GFPGAN).")
+    enhance: bool = Field(default=False, description="Enhance the swapped faces (as face_enhancer_blend does).")
     blend: float | None = Field(default=None, ge=0.0, le=1.0,
-                                description="Share of the enhanced face (default: the service's setting).")
+                                description="Share of the enhanced face (default: the service's setting); "
+                                "face_enhancer_blend in percent is FaceFusion's name for it.")
     format: Literal["png", "jpeg"] = Field(default="png", description="Output image format.")
     jpeg_quality: int = Field(default=95, ge=1, le=100)
     strict: bool = Field(default=False,
                          description="422 instead of the unchanged image when no target face is swapped.")
 
     @classmethod
-    def from_fields(cls, fields: dict[str, str]) -> SwapOptions:
-        data: dict[str, Any] = {k: v for k, v in fields.items() if v != ""}
+    def from_fields(cls, fields: Mapping[str, str | list[str]]) -> SwapOptions:
+        data: dict[str, Any] = {k: v for k, v in fields.items() if v not in ("", [])}
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -109,9 +117,11 @@ class SwapRequest:
     source_headers: list[ImageHeader]
 
     @classmethod
-    def from_form(cls, form: Form, max_pixels: int, enhancer: bool) -> SwapRequest:
+    def from_form(cls, form: Form, max_pixels: int) -> SwapRequest:
         _unknown(form, {"target", "source", *SwapOptions.model_fields})
-        options = SwapOptions.from_fields(form.text_fields())
+        fields: dict[str, str | list[str]] = dict(form.text_fields())
+        fields.update({name: form.texts(name) for name in LIST_OPTIONS})
+        options = SwapOptions.from_fields(fields)
         target = form.file("target")
         if target is None:
             raise ApiError(422, "missing_field", "the 'target' image is required")
@@ -120,8 +130,6 @@ class SwapRequest:
             raise ApiError(422, "invalid_field", "give either source_id or source image(s), not both")
         if not options.source_id and not sources:
             raise ApiError(422, "missing_field", "a source is required: source_id or source image(s)")
-        if options.enhance and not enhancer:
-            raise ApiError(422, "enhance_unavailable", "this service runs without the enhancer")
         return cls(options, target, check_image(target.data, "target image", max_pixels), sources,
                    check_sources(sources, max_pixels))
 
@@ -166,7 +174,8 @@ def sources_request_schema() -> dict[str, Any]:
 
 
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
-    text = {400: "Malformed request", 401: "Missing or wrong bearer token", 404: "Unknown source id",
+    text = {400: "Malformed request", 401: "Missing or wrong bearer token",
+            403: "Over one of this service's caps (limits.max_pixel_boost, enhancer_allowed, mask_models_allowed)", 404: "Unknown source id",
             408: "The request body did not arrive within limits.receive_timeout_s",
             413: "Body or image too large", 415: "Not multipart, or not a supported image",
             422: "Invalid option, undecodable image, or no face", 503: "Overloaded: retry after Retry-After seconds",

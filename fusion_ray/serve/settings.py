@@ -133,6 +133,17 @@ class LimitsSettings(_Settings):
         description="Longest time to receive a whole request body (408 after it): a slow or stalled upload "
         "would otherwise hold an upload slot. Bodies of max_body_bytes need at least "
         "max_body_bytes / receive_timeout_s bytes per second.")
+    max_pixel_boost: int = Field(
+        default=256, ge=128, le=1024,
+        description="Largest face_swapper_pixel_boost a request may ask, in pixels (403 over_cap above): a boost of "
+        "k x the model's size costs k x k swaps per face. 256 suits CPU hosts; 512 to 1024 on GPUs.")
+    enhancer_allowed: bool = Field(
+        default=True, description="Requests may ask for the enhancer (enhance, face_enhancer_*); false: 403 "
+        "over_cap. The enhancer costs more than the swap.")
+    mask_models_allowed: list[Literal["occlusion", "region"]] = Field(
+        default_factory=list,
+        description="Mask types that run a model per face which requests may ask for in face_mask_types (403 "
+        "over_cap otherwise). The service loads their models (engine.masks.occluder_model, parser_model) at start.")
 
     @model_validator(mode="after")
     def _per_client(self) -> LimitsSettings:
@@ -225,6 +236,18 @@ class ServeSettings(_Settings):
         swap_ongoing = self.deployments.swapper.max_ongoing_requests
         if swap_ongoing is not None and swap_ongoing < self.batching.embed.max_batch_size:
             raise ValueError("deployments.swapper.max_ongoing_requests is below batching.embed.max_batch_size")
+        return self
+
+    @model_validator(mode="after")
+    def _defaults_within_caps(self) -> ServeSettings:
+        """The service's own defaults (a request that gives no option) are within its caps."""
+        boost, cap = self.engine.swap.pixel_boost, self.limits.max_pixel_boost
+        if boost is not None and boost > cap:
+            raise ValueError(f"engine.swap.pixel_boost ({boost}) is over limits.max_pixel_boost ({cap})")
+        unallowed = sorted({"occlusion", "region"} & set(self.engine.masks.types) - set(self.limits.mask_models_allowed))
+        if unallowed:
+            raise ValueError(f"engine.masks.types has {', '.join(unallowed)}, which limits.mask_models_allowed "
+                             f"({self.limits.mask_models_allowed}) does not allow")
         return self
 
     # ------------------------------------------------------------ derived

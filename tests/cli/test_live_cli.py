@@ -1,6 +1,7 @@
 """``fusion-ray live`` without --url: the stream policy in this process, end to end on a generated clip
 with the real SCRFD detector and the classic swapper (a real swap)."""
 
+import json
 from fractions import Fraction
 
 import cv2
@@ -69,3 +70,18 @@ def test_no_window_here_is_a_clear_error_before_any_work(clip, images_dir, scrfd
 def test_a_source_id_needs_a_server(clip, capsys):
     code = main(["live", "--input", str(clip), "--source-id", "abc", "--output", "x.mp4"])
     assert code == 2 and "--url" in capsys.readouterr().err
+
+
+def test_facefusion_options_travel_in_the_start_message():
+    import argparse
+
+    from fusion_ray.cli import live
+    from fusion_ray.live.protocol import parse_start
+
+    args = argparse.Namespace(stream_select="all", stream_index=0, quality=85, deadline_ms=300, token=None,
+                              enhance=None, face_mask_types=["box", "occlusion"], face_mask_padding=[10, 20],
+                              face_swapper_pixel_boost="256x256", mouth_mask=None, face_enhancer_blend=None)
+    start = live._start(args, "src")
+    assert start["face_mask_types"] == ["box", "occlusion"] and "mouth_mask" not in start
+    message = parse_start(json.dumps(start))
+    assert message.costly and message.face_mask_padding == (10, 20)

@@ -12,7 +12,7 @@ from fusion_ray.config import (
     SwapConfig,
 )
 from fusion_ray.core import chain
-from fusion_ray.core.frames import FrameChain, FrameJob
+from fusion_ray.core.frames import FrameChain, FrameJob, FrameRequest
 from fusion_ray.engine import Engine
 from fusion_ray.imageio import read_image
 from fusion_ray.live.follow import StreamFollower
@@ -32,13 +32,13 @@ def photos(images_dir):
 def test_a_batch_of_frames_equals_the_engine_frame_by_frame(engine, photos):
     frames = FrameChain(engine.cfg, engine.models)
     obama, biden = engine.prepare_source([photos["obama"]]), engine.prepare_source([photos["biden"]])
-    jobs = [FrameJob(photos["biden"], "o", obama, chain.Selection("all")),
-            FrameJob(photos["obama_and_biden"], "b", biden, chain.Selection("largest")),
-            FrameJob(photos["obama_and_biden"], "o", obama, chain.Selection("all"))]
+    jobs = [FrameJob(FrameRequest(photos["biden"], chain.Selection("all")), "o", obama),
+            FrameJob(FrameRequest(photos["obama_and_biden"], chain.Selection("largest")), "b", biden),
+            FrameJob(FrameRequest(photos["obama_and_biden"], chain.Selection("all")), "o", obama)]
     done = frames.run(jobs)
     for job, result, identity in zip(jobs, done, (obama, biden, obama), strict=True):
-        cfg = engine.cfg.model_copy(update={"selection": SelectionConfig(mode=job.selection.mode)})
-        expected = Engine(cfg, engine.models).process_frame(job.frame, identity)
+        cfg = engine.cfg.model_copy(update={"selection": SelectionConfig(mode=job.request.selection.mode)})
+        expected = Engine(cfg, engine.models).process_frame(job.request.frame, identity)
         assert result.error == "" and np.array_equal(result.frame, expected.frame)
         assert (result.faces_detected, result.faces_swapped) == (expected.faces_detected, expected.faces_swapped)
     assert [d.faces_swapped for d in done][:2] == [1, 1] and done[2].faces_swapped >= 2  # batched: 4+ faces
@@ -51,17 +51,17 @@ def test_each_frame_has_its_own_enhancement_and_detector_canvas(models_config, p
                        swap=SwapConfig(swapper="classic"))
     engine = Engine.load(cfg, components=["detector", "enhancer"], cpu_budget=1)
     obama = engine.prepare_source([photos["obama"]])
-    jobs = [FrameJob(photos["biden"], "o", obama, chain.Selection("all"), enhance_blend=0.5),
-            FrameJob(photos["obama_and_biden"], "o", obama, chain.Selection("all")),
-            FrameJob(photos["obama_and_biden"], "o", obama, chain.Selection("all"), enhance_blend=1.0),
-            FrameJob(photos["obama_and_biden"], "o", obama, chain.Selection("all"), detector_size=320)]
+    jobs = [FrameJob(FrameRequest(photos["biden"], chain.Selection("all"), enhance_blend=0.5), "o", obama),
+            FrameJob(FrameRequest(photos["obama_and_biden"], chain.Selection("all")), "o", obama),
+            FrameJob(FrameRequest(photos["obama_and_biden"], chain.Selection("all"), enhance_blend=1.0), "o", obama),
+            FrameJob(FrameRequest(photos["obama_and_biden"], chain.Selection("all"), detector_size=320), "o", obama)]
     done = FrameChain(engine.cfg, engine.models).run(jobs)
     for job, result in zip(jobs, done, strict=True):
-        enhance = EnhanceConfig(enabled=job.enhance_blend is not None, blend=job.enhance_blend or 0.8)
-        detector = DetectorConfig(size=job.detector_size or 640)
-        models = engine.models if job.detector_size is None else Engine.load(  # (its detector's canvas)
+        enhance = EnhanceConfig(enabled=job.request.enhance_blend is not None, blend=job.request.enhance_blend or 0.8)
+        detector = DetectorConfig(size=job.request.detector_size or 640)
+        models = engine.models if job.request.detector_size is None else Engine.load(  # (its detector's canvas)
             cfg.model_copy(update={"detector": detector}), components=["detector"], cpu_budget=1).models
-        expected = Engine(cfg.model_copy(update={"enhance": enhance}), models).process_frame(job.frame, obama)
+        expected = Engine(cfg.model_copy(update={"enhance": enhance}), models).process_frame(job.request.frame, obama)
         assert result.error == "" and np.array_equal(result.frame, expected.frame)
         assert (result.faces_detected, result.faces_swapped) == (expected.faces_detected, expected.faces_swapped)
     assert not np.array_equal(done[1].frame, done[2].frame)  # the enhancer ran on one of them only
@@ -71,8 +71,8 @@ def test_a_failed_frame_fails_alone_and_comes_back_unchanged(engine, photos):
     frames = FrameChain(engine.cfg, engine.models)
     obama = engine.prepare_source([photos["obama"]])
     broken = np.zeros((0, 0, 3), np.uint8)
-    done = frames.run([FrameJob(broken, "o", obama, chain.Selection("all")),
-                       FrameJob(photos["biden"], "o", obama, chain.Selection("all"))])
+    done = frames.run([FrameJob(FrameRequest(broken, chain.Selection("all")), "o", obama),
+                       FrameJob(FrameRequest(photos["biden"], chain.Selection("all")), "o", obama)])
     assert done[0].error.startswith("detect") and done[0].faces_swapped == 0
     assert done[1].error == "" and done[1].faces_swapped == 1
 
@@ -81,10 +81,10 @@ def test_a_follower_follows_the_faces_between_detections(engine, photos):
     frames = FrameChain(engine.cfg, engine.models)
     obama = engine.prepare_source([photos["obama"]])
     follower = StreamFollower(engine.cfg.tracking)
-    first = frames.run([FrameJob(photos["biden"], "o", obama, chain.Selection("all"), seq=0, follower=follower)])[0]
+    first = frames.run([FrameJob(FrameRequest(photos["biden"], chain.Selection("all"), seq=0, follower=follower), "o", obama)])[0]
     assert first.follower is follower and follower.predictions(1, True)
-    second = frames.run([FrameJob(photos["biden"], "o", obama, chain.Selection("all"), seq=1, follow=True,
-                                  follower=follower)])[0]
+    second = frames.run([FrameJob(FrameRequest(photos["biden"], chain.Selection("all"), seq=1, follow=True,
+                                  follower=follower), "o", obama)])[0]
     assert second.error == "" and second.faces_swapped == 1 and follower.crops  # re-detected on a crop
     assert np.abs(second.landmarks - first.landmarks).max() < 3.0
 
@@ -96,8 +96,46 @@ def test_a_job_and_its_follower_cross_a_process_boundary(engine, photos):
 
     frames = FrameChain(engine.cfg, engine.models)
     obama = engine.prepare_source([photos["obama"]])
-    job = FrameJob(photos["biden"], "o", obama, chain.Selection("all"), seq=0,
-                   follower=StreamFollower(engine.cfg.tracking))
+    job = FrameJob(FrameRequest(photos["biden"], chain.Selection("all"), seq=0,
+                   follower=StreamFollower(engine.cfg.tracking)), "o", obama)
     done = cloudpickle.loads(cloudpickle.dumps(frames.run([cloudpickle.loads(cloudpickle.dumps(job))])[0]))
-    assert isinstance(done.follower, StreamFollower) and done.follower is not job.follower
-    assert done.follower.predictions(1, True) and not job.follower.predictions(1, True)
+    assert isinstance(done.follower, StreamFollower) and done.follower is not job.request.follower
+    assert done.follower.predictions(1, True) and not job.request.follower.predictions(1, True)
+
+
+def test_each_frame_has_its_own_facefusion_options(engine, photos):
+    """A batch mixing request options (box padding and blur, area masks on dlib's 68 points, the
+    landmarker score) equals the engine configured with the same options by the one mapping
+    (fusion_ray.facefusion_options), frame by frame; frames with the same options run together."""
+    pytest.importorskip("dlib", reason="the dlib_68 landmarker needs the [landmarks] extra")
+    from fusion_ray.facefusion_options import FaceFusionOptions, configured
+
+    cfg = engine.cfg.model_copy(update={"landmarker": engine.cfg.landmarker.model_copy(update={"model": "dlib_68"})})
+    models = Engine.load(cfg, components=["detector", "landmarker"], cpu_budget=1).models
+    obama = engine.prepare_source([photos["obama"]])
+    padded = FaceFusionOptions(face_mask_padding=(20, 0, 0, 0), face_mask_blur=0.6)
+    area = FaceFusionOptions.model_validate({"face_mask_types": "box area", "face_mask_areas": ["lower-face"],
+                                             "face_landmarker_score": 0.2})
+    options = [padded, FaceFusionOptions(), area, padded]
+    targets = [photos["biden"], photos["biden"], photos["obama_and_biden"], photos["obama_and_biden"]]
+    jobs = [FrameJob(FrameRequest(t, chain.Selection("all"), options=o), "o", obama)
+            for t, o in zip(targets, options, strict=True)]
+    done = FrameChain(cfg, models).run(jobs)
+    for job, result in zip(jobs, done, strict=True):
+        expected = Engine(configured(cfg, job.request.options), models).process_frame(job.request.frame, obama)
+        assert result.error == "" and np.array_equal(result.frame, expected.frame)
+        assert result.faces_swapped == expected.faces_swapped > 0
+    assert not np.array_equal(done[0].frame, done[1].frame)  # the options changed the pixels
+
+
+def test_options_that_make_an_invalid_config_fail_their_frame_only(engine, photos):
+    from fusion_ray.facefusion_options import FaceFusionOptions
+
+    obama = engine.prepare_source([photos["obama"]])
+    boost = FaceFusionOptions(face_swapper_pixel_boost="256x256")  # the classic swapper has no pixel boost
+    done = FrameChain(engine.cfg, engine.models).run([
+        FrameJob(FrameRequest(photos["biden"], chain.Selection("all"), options=boost), "o", obama),
+        FrameJob(FrameRequest(photos["biden"], chain.Selection("all")), "o", obama)])
+    assert "pixel boost" in done[0].error and done[0].faces_swapped == 0
+    assert np.array_equal(done[0].frame, photos["biden"])
+    assert done[1].error == "" and done[1].faces_swapped == 1

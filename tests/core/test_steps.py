@@ -109,7 +109,7 @@ def test_an_added_mask_step_reaches_the_local_runner(setup, with_shut_step, imag
 
 def test_an_added_mask_step_reaches_the_live_in_process_backend(setup, with_shut_step):
     """``fusion-ray live`` without a server: the stream backend over FrameChain, full detection
-    (level 1) and faces followed on crops (level 2, given to the chain)."""
+    (level 2) and faces followed on crops (level 3, given to the chain)."""
     from fusion_ray.live.backend import FramePlan
     from fusion_ray.live.local import EngineBackend
     from fusion_ray.live.protocol import StartMessage
@@ -118,8 +118,8 @@ def test_an_added_mask_step_reaches_the_live_in_process_backend(setup, with_shut
     backend = EngineBackend(Engine.load(cfg, cpu_budget=1))
     source = backend.add_source(frame)
     stream = asyncio.run(backend.open(StartMessage(source_id=source)))
-    detected = stream.process_sync(frame, FramePlan(seq=0, level=1, enhance=False))
-    followed = stream.process_sync(frame, FramePlan(seq=1, level=2, enhance=False, landmarks=detected.landmarks))
+    detected = stream.process_sync(frame, FramePlan(seq=0, level=2, enhance=False))
+    followed = stream.process_sync(frame, FramePlan(seq=1, level=3, enhance=False, landmarks=detected.landmarks))
     assert stream.follower.crops  # the second frame's faces were re-detected on crops
     for done in (detected, followed):
         assert done.faces_detected == 3 and len(done.landmarks) == 3
@@ -130,7 +130,7 @@ def test_an_added_mask_step_reaches_the_fused_serve_placement(setup, with_shut_s
     """The fused Serve deployment's batch (its class called in-process: a monkeypatch does not
     reach a Ray replica); one batch of two frames, one of them enhanced."""
     from fusion_ray.core import chain
-    from fusion_ray.core.frames import FrameJob
+    from fusion_ray.core.frames import FrameJob, FrameRequest
     from fusion_ray.serve.fused import FusedDeployment
     from fusion_ray.serve.settings import ServeSettings
 
@@ -139,8 +139,8 @@ def test_an_added_mask_step_reaches_the_fused_serve_placement(setup, with_shut_s
         "engine": cfg.model_dump(mode="json"),
         "deployments": {"fused": {"cpu_budget": 1}, "enhancer_enabled": True}})
     fused = FusedDeployment.func_or_class(settings)
-    jobs = [FrameJob(frame, "b", identity, chain.Selection("all")),
-            FrameJob(frame, "b", identity, chain.Selection("all"), enhance_blend=1.0)]
+    jobs = [FrameJob(FrameRequest(frame, chain.Selection("all")), "b", identity),
+            FrameJob(FrameRequest(frame, chain.Selection("all"), enhance_blend=1.0), "b", identity)]
     plain, enhanced = (result["done"] for result in fused._process_batch(jobs))
     assert plain.error == enhanced.error == "" and plain.faces_swapped == enhanced.faces_swapped == 3
     assert np.array_equal(plain.frame, frame)  # swapped, but masked out

@@ -2,8 +2,17 @@
 
 import pytest
 
-from fusion_ray.live.config import LadderConfig
-from fusion_ray.live.ladder import Health, LadderState, degradation, step, verdict
+from fusion_ray.facefusion_options import FaceFusionOptions
+from fusion_ray.live.config import LEVEL_NAMES, LadderConfig
+from fusion_ray.live.ladder import (
+    Degradation,
+    Health,
+    LadderState,
+    degradation,
+    step,
+    verdict,
+    without_costly,
+)
 
 CFG = LadderConfig(degrade_after_s=2.0, recover_after_s=4.0)
 DEADLINE = 300.0
@@ -40,7 +49,7 @@ def run(windows, cfg=CFG, state=None):
     # Idle windows neither count nor reset.
     ([BAD, IDLE, BAD], [0, 0, 1]),
     # Never past the last level.
-    ([BAD] * 12, [0, 1, 1, 2, 2, 3, 3, 4, 4, 4, 4, 4]),
+    ([BAD] * 12, [0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 5]),
 ])
 def test_stepping_down(windows, levels):
     assert run(windows) == levels
@@ -67,17 +76,39 @@ def test_only_allowed_levels_are_used():
 
 
 def test_degradations_are_cumulative_and_skip_disallowed_levels():
-    assert degradation(0, CFG) == degradation(0, CFG).__class__(True, 1, None, None)
-    assert degradation(1, CFG).enhance is False and degradation(1, CFG).detect_every == 1
-    level2 = degradation(2, CFG)
-    assert (level2.enhance, level2.detect_every, level2.detector_size) == (False, CFG.detect_every, None)
-    assert degradation(3, CFG).detector_size == CFG.small_detector_size
-    assert degradation(4, CFG).quality_cap == CFG.low_quality
-    skip = LadderConfig(allowed_levels=(0, 3))
-    assert degradation(3, skip) == degradation(0, skip).__class__(True, 1, skip.small_detector_size, None)
+    assert degradation(0, CFG) == Degradation(True, True, 1, None, None)
+    level1 = degradation(1, CFG)  # model masks and pixel boost go first, before the enhancer
+    assert (level1.costly, level1.enhance, level1.detect_every) == (False, True, 1)
+    assert degradation(2, CFG).enhance is False and degradation(2, CFG).costly is False
+    level3 = degradation(3, CFG)
+    assert (level3.enhance, level3.detect_every, level3.detector_size) == (False, CFG.detect_every, None)
+    assert degradation(4, CFG).detector_size == CFG.small_detector_size
+    assert degradation(5, CFG).quality_cap == CFG.low_quality
+    skip = LadderConfig(allowed_levels=(0, 4))
+    assert degradation(4, skip) == Degradation(True, True, 1, skip.small_detector_size, None)
 
 
-@pytest.mark.parametrize("bad", [{"allowed_levels": (1, 2)}, {"allowed_levels": (0, 5)}, {"allowed_levels": (0, 2, 1)},
+def test_level_names_start_with_the_model_masks():
+    assert LEVEL_NAMES[:3] == ("normal", "masks_off", "enhancer_off") and len(LEVEL_NAMES) == 6
+
+
+@pytest.mark.parametrize(("options", "defaults", "types"), [
+    # The request's own mask types without the model masks; its pixel boost gone.
+    ({"face_mask_types": "box occlusion region", "face_swapper_pixel_boost": "512x512"}, ["box"], ("box",)),
+    ({"face_mask_types": "area region"}, ["box"], ("area",)),
+    ({"face_mask_types": "occlusion"}, ["box"], ("box",)),  # nothing left: the box mask
+    # No types of its own: the host's default types without the model masks.
+    ({"face_swapper_pixel_boost": "256x256"}, ["box", "occlusion"], ("box",)),
+    ({}, ["box", "area"], ("box", "area")),
+])
+def test_without_costly_drops_the_model_masks_and_the_pixel_boost(options, defaults, types):
+    given = FaceFusionOptions.model_validate({**options, "face_mask_blur": 0.5})
+    light = without_costly(given, defaults)
+    assert light.face_mask_types == types and light.face_swapper_pixel_boost is None
+    assert light.face_mask_blur == 0.5  # the rest is kept
+
+
+@pytest.mark.parametrize("bad", [{"allowed_levels": (1, 2)}, {"allowed_levels": (0, 6)}, {"allowed_levels": (0, 2, 1)},
                                  {"recover_drop_rate": 0.5, "degrade_drop_rate": 0.2}, {"small_detector_size": 300}])
 def test_ladder_config_validation(bad):
     with pytest.raises(ValueError):

@@ -147,14 +147,14 @@ def test_the_processor_runs_the_engine_chain(engine, clip, images_dir):
     expected = engine.process_frame(frame, backend.sources.get(identity_id))
     assert processed.faces_detected == expected.faces_detected == 1
     np.testing.assert_array_equal(processed.frame, expected.frame)
-    # Level 2 (landmarks from a recent detection): the stream's tracker follows the face and it is
+    # Level 3 (landmarks from a recent detection): the stream's tracker follows the face and it is
     # re-detected on a small crop around its prediction, then swapped where it is.
-    followed = processor.process_sync(frame, FramePlan(seq=1, level=2, enhance=False, landmarks=processed.landmarks))
+    followed = processor.process_sync(frame, FramePlan(seq=1, level=3, enhance=False, landmarks=processed.landmarks))
     assert followed.faces_detected == 1 and list(processor.follower.crops)  # a crop re-detection ran
     assert np.abs(followed.landmarks - processed.landmarks).max() < 3.0  # the same face, same place
     assert float(np.abs(followed.frame.astype(np.int16) - expected.frame.astype(np.int16)).mean()) < 1.0
     assert not np.array_equal(followed.frame, frame)
-    small = processor.process_sync(frame, FramePlan(seq=2, level=3, enhance=False, detector_size=320))
+    small = processor.process_sync(frame, FramePlan(seq=2, level=4, enhance=False, detector_size=320))
     assert small.faces_detected == 1 and not np.array_equal(small.frame, frame)
 
 

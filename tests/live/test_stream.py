@@ -190,11 +190,35 @@ def test_the_ladder_degrades_a_stream_that_cannot_keep_up():
     processor = ScriptedProcessor(delay=lambda seq: 0.04)  # 25 fps against 100 fps: many stale drops
     conn, _, _ = run_stream(cfg, processor, script, start='{"source_id": "src", "enhance": true}')
     levels = [s["level"] for s in conn.events("stats")]
-    assert levels == sorted(levels) and levels[-1] >= 3
+    assert levels == sorted(levels) and levels[-1] >= 4
+    assert 1 not in levels  # no model masks or pixel boost to drop: level 1 is skipped
     assert processor.plans[0].enhance is True and processor.plans[-1].enhance is False
-    level2 = [p for p in processor.plans if p.level >= 2]
-    assert any(p.landmarks is not None for p in level2) and any(p.landmarks is None for p in level2)
-    assert any(p.detector_size == ladder.small_detector_size for p in processor.plans if p.level >= 3)
+    level3 = [p for p in processor.plans if p.level >= 3]
+    assert any(p.landmarks is not None for p in level3) and any(p.landmarks is None for p in level3)
+    assert any(p.detector_size == ladder.small_detector_size for p in processor.plans if p.level >= 4)
+
+
+def test_the_ladder_drops_model_masks_and_pixel_boost_before_the_enhancer():
+    """Level 1 (masks_off, named in the stats events): the stream's frames are planned without its
+    model masks and pixel boost while the enhancer still runs; level 2 then turns the enhancer off."""
+    async def script(conn):
+        for seq in range(40):
+            conn.send(frame_message(seq))
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
+
+    ladder = LadderConfig(allowed_levels=(0, 1, 2), degrade_after_s=0.05, recover_after_s=10.0)
+    cfg = LiveConfig(stats_interval_s=0.05, ladder=ladder)
+    processor = ScriptedProcessor(delay=lambda seq: 0.04)
+    start = ('{"source_id": "src", "enhance": true, "face_mask_types": ["box", "occlusion"], '
+             '"face_swapper_pixel_boost": "256x256"}')
+    conn, _, _ = run_stream(cfg, processor, script, start=start)
+    names = [(s["level"], s["level_name"]) for s in conn.events("stats")]
+    assert (1, "masks_off") in names and names[-1] == (2, "enhancer_off")
+    assert processor.plans[0].costly is True and processor.plans[0].enhance is True
+    level1 = [p for p in processor.plans if p.level == 1]
+    assert level1 and all(not p.costly and p.enhance for p in level1)
+    assert all(not p.costly and not p.enhance for p in processor.plans if p.level == 2)
 
 
 @pytest.mark.parametrize(("start", "close_code", "code"), [

@@ -68,7 +68,7 @@ LEVEL2_PREFIX = "/l2"
 
 @pytest.fixture(scope="module")
 def level2(service, models_config):
-    """A second app whose streams step straight down to level 2 and stay there (any latency is
+    """A second app whose streams step straight down to level 3 (detect_every_k) and stay there (any latency is
     'unhealthy'): detection on every 3rd frame, the stream's tracker and crop re-detection between."""
     from ray import serve
 
@@ -82,7 +82,7 @@ def level2(service, models_config):
                         "swapper": {"num_cpus": 0.05}, "enhancer_enabled": False, "state": {"num_cpus": 0.05}},
         "auth": {"token": None, "token_env": None, "metrics_public": True},
         "live": {"deadline_ms": 3000, "stats_interval_s": 0.2,
-                 "ladder": {"allowed_levels": [0, 2], "degrade_latency": 0.001, "recover_latency": 0.001, "degrade_after_s": 0.2,
+                 "ladder": {"allowed_levels": [0, 3], "degrade_latency": 0.001, "recover_latency": 0.001, "degrade_after_s": 0.2,
                             "recover_after_s": 600, "detect_every": 3}},
     }
     serve.run(build_app(args), name="fusion_ray_live_level2", route_prefix=LEVEL2_PREFIX)
@@ -185,7 +185,7 @@ def test_too_many_streams_is_1013_and_metrics_show_streams(ws, http, source_id):
             samples = parse_exposition(text)
             assert samples["fusion_ray_live_streams"] == [({}, float(MAX_STREAMS))]
             by_level = {labels["level"]: value for labels, value in samples["fusion_ray_live_streams_by_level"]}
-            assert set(by_level) >= {"0", "4"}
+            assert set(by_level) >= {"0", "5"}
             assert by_level["0"] == float(MAX_STREAMS) and sum(by_level.values()) == float(MAX_STREAMS)  # new streams
             latency = {name: value for name, series in samples.items() if name.startswith("fusion_ray_live_latency_seconds")
                        for _, value in series}
@@ -234,14 +234,14 @@ def _face_change(detector, sent: np.ndarray, got: np.ndarray) -> tuple[float, fl
     return float(diff[inside].mean()), float(diff[~inside].mean())
 
 
-def test_level_2_follows_faces_with_the_tracker_between_detections(level2, clip, images_dir, detector):
+def test_level_3_follows_faces_with_the_tracker_between_detections(level2, clip, images_dir, detector):
     _, frames = clip
     source = register_source(f"http://{level2}", (images_dir / "obama.jpg").read_bytes(), "obama.jpg")
     jpegs = [encode_frame(f, 90) for f in frames * 2]
     results: dict[int, bytes] = {}
     report = asyncio.run(run_stream(f"ws://{level2}/v1/stream", {"source_id": source}, JpegClip(jpegs, fps=6, loop=False),
                                     on_result=lambda seq, image: results.__setitem__(seq, image), drain_s=10.0))
-    assert any(stats["level"] == 2 for stats in report.stats)
+    assert any(stats["level"] == 3 for stats in report.stats)
     late = [seq for seq in report.received_seqs if seq >= len(frames)]  # well after the step down
     assert len(late) >= 3
     for seq in late:  # every delivered frame has its face swapped, detected or followed
@@ -292,7 +292,7 @@ def test_the_live_page_in_headless_chromium_shows_swapped_frames(http, clip, ima
             browser.close()
     # The counters show what the stream does: frames sent and received at a rate, a latency, a level.
     assert float(shown["fps"]) > 0 and float(shown["latency"]) > 0, shown
-    assert int(shown["sent"]) >= received and int(shown["level"]) in range(5), shown
+    assert int(shown["sent"]) >= received and int(shown["level"]) in range(6), shown
     # The canvas shows the camera's face swapped: closer to the source photo's face than to the
     # clip's own face (the same check as the engine's classic-swap test), and the counters moved.
     out = _decode(shot)

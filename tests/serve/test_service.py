@@ -25,6 +25,7 @@ import requests
 
 from fusion_ray.config import EngineConfig, EnhanceConfig, RuntimeConfig, SelectionConfig
 from fusion_ray.engine import Engine
+from fusion_ray.facefusion_options import FACEFUSION_OPTIONS
 from fusion_ray.imageio import decode_image, encode_image, read_jpeg_comments, read_png_text
 from fusion_ray.serve.metrics import histogram_max_bucket, parse_exposition
 from tests.procs import free_port
@@ -173,7 +174,9 @@ def test_health_readiness_and_openapi(service):
     schema = swap_spec["requestBody"]["content"]["multipart/form-data"]["schema"]
     assert schema["required"] == ["target"] and {"source_id", "source", "select", "enhance", "strict"} <= set(schema["properties"])
     assert {"target", "source", "source_id", "select", "face_index", "enhance", "blend", "format", "jpeg_quality",
-            "strict"} == set(schema["properties"])
+            "strict", *FACEFUSION_OPTIONS} == set(schema["properties"])
+    assert all(schema["properties"][name]["description"] for name in FACEFUSION_OPTIONS)  # FaceFusion's options
+    assert "limits.max_pixel_boost" in swap_spec["responses"]["403"]["description"]
     assert schema["properties"]["target"]["format"] == "binary"
     image = spec["paths"]["/v1/sources"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
     assert image["required"] == ["image"] and image["properties"]["image"]["items"]["format"] == "binary"

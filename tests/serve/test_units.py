@@ -528,7 +528,7 @@ def test_long_client_text_is_clipped_before_it_is_echoed():
     name = "n" * 3000  # within the 4 KB part-header cap
     body, ctype = encode_multipart_formdata([("target", ("t.png", forged_png(4, 3), "image/png")), (name, "1")])
     with pytest.raises(ApiError) as err:
-        SwapRequest.from_form(parse_multipart(body, ctype), max_pixels=100, enhancer=True)
+        SwapRequest.from_form(parse_multipart(body, ctype), max_pixels=100)
     assert err.value.code == "invalid_field" and len(err.value.detail) < 200
     body, ctype = encode_multipart_formdata([(name, "1"), (name, "2")])
     with pytest.raises(ApiError) as err:
@@ -537,7 +537,7 @@ def test_long_client_text_is_clipped_before_it_is_echoed():
     body, ctype = encode_multipart_formdata([("source", ("f" * 3000 + ".jpg", b"text", "image/jpeg")),
                                              ("target", ("t.png", forged_png(4, 3), "image/png"))])
     with pytest.raises(ApiError) as err:
-        SwapRequest.from_form(parse_multipart(body, ctype), max_pixels=100, enhancer=True)
+        SwapRequest.from_form(parse_multipart(body, ctype), max_pixels=100)
     assert err.value.status == 415 and len(err.value.detail) < 200
 
 

@@ -1,0 +1,125 @@
+"""FaceFusion's per-request options on the service: what a request may ask, and the models loaded for it.
+
+A ``POST /v1/swap`` form and a live start message carry the same
+:class:`~fusion_ray.facefusion_options.FaceFusionOptions` (FaceFusion's names). They vary what
+costs no new model: masks, pixel boost, weights, blends, the landmarker score. The models are
+the service's, loaded at its start: a request naming another one gets a 422 naming the one the
+service runs. What costs a lot is capped by ``limits`` (403 ``over_cap`` naming the cap):
+``max_pixel_boost``, ``enhancer_allowed`` and ``mask_models_allowed``. No Ray, no FastAPI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fusion_ray.config import EngineConfig
+from fusion_ray.core.modelset import Component, mask_model_names, required_components
+from fusion_ray.errors import ConfigError
+from fusion_ray.facefusion_options import MODEL_MASKS, FaceFusionOptions, check_served, configured
+from fusion_ray.serve.limits import ApiError
+from fusion_ray.serve.settings import LimitsSettings, ServeSettings
+
+
+@dataclass(frozen=True)
+class RequestQuality:
+    """A request's checked options and its enhancer blend (None: not enhanced)."""
+
+    options: FaceFusionOptions
+    enhance_blend: float | None
+    models: frozenset[str] = frozenset()
+    """The landmarker and mask models it runs (for its provenance: stand-ins are named)."""
+
+
+def over_cap(what: str, cap: str, value: object) -> ApiError:
+    return ApiError(403, "over_cap", f"{what} is over this service's cap limits.{cap}={value}")
+
+
+def _check_models(options: FaceFusionOptions, cfg: EngineConfig) -> None:
+    try:
+        check_served(options, cfg)
+    except ConfigError as exc:
+        raise ApiError(422, "model_not_served", str(exc)) from exc
+
+
+def _check_caps(options: FaceFusionOptions, limits: LimitsSettings, enhance: bool) -> None:
+    boost = options.pixel_boost
+    if boost is not None and boost > limits.max_pixel_boost:
+        raise over_cap(f"face_swapper_pixel_boost {options.face_swapper_pixel_boost}", "max_pixel_boost",
+                       limits.max_pixel_boost)
+    for kind in MODEL_MASKS:
+        if kind in (options.face_mask_types or ()) and kind not in limits.mask_models_allowed:
+            raise over_cap(f"face_mask_types {kind}", "mask_models_allowed", list(limits.mask_models_allowed))
+    if enhance and not limits.enhancer_allowed:
+        raise over_cap("the enhancer", "enhancer_allowed", "false")
+
+
+def _check_points(options: FaceFusionOptions, cfg: EngineConfig) -> None:
+    needs = [what for what, on in (("face_mask_types area", "area" in (options.face_mask_types or ())),
+                                   ("mouth_mask", bool(options.mouth_mask))) if on]
+    if needs and cfg.landmarker.model == "none":
+        raise ApiError(422, "invalid_option", f"{' and '.join(needs)} need 68-point landmarks; this service runs "
+                       "face_landmarker_model 'none'")
+    if options.pixel_boost is not None and cfg.swap.swapper == "classic":
+        raise ApiError(422, "invalid_option", "face_swapper_pixel_boost is for model swappers; this service runs "
+                       "the classic swapper")
+
+
+def _check_split(options: FaceFusionOptions) -> None:
+    """The split placement runs the steps before the swap on the detector deployment, the swap on the
+    swapper's and pastes in the ingress, which loads no model: the region mask (a model on the
+    swapped crop) and the swapper weight (the target faces' embeddings) are the fused placement's."""
+    needs = [*(["face_mask_types region"] if "region" in (options.face_mask_types or ()) else []),
+             *(["face_swapper_weight"] if options.face_swapper_weight not in (None, 0.5) else [])]
+    if needs:
+        raise ApiError(422, "not_in_placement", f"{', '.join(needs)}: not available in this service's split "
+                       "placement (the fused placement runs it)")
+
+
+def request_quality(options: FaceFusionOptions, settings: ServeSettings, *, enhancer: bool,
+                    enhance: bool = False, blend: float | None = None, placement: str = "fused") -> RequestQuality:
+    """Check a request's options against the service (its models, its caps, its config) and
+    resolve its enhancement: ``enhance`` and ``blend`` (a share) are the older names, the
+    ``face_enhancer_*`` options FaceFusion's (a blend in percent, and asking for the enhancer).
+    ``enhancer``: whether the service deployed one; ``placement``: where the chain runs."""
+    cfg = settings.engine
+    wants = enhance or options.face_enhancer_model is not None or options.face_enhancer_blend is not None
+    if blend is not None and options.face_enhancer_blend is not None:
+        raise ApiError(422, "invalid_option", "give either blend (a share) or face_enhancer_blend (percent), not both")
+    _check_models(options, cfg)
+    _check_caps(options, settings.limits, wants)
+    if wants and not enhancer:
+        raise ApiError(422, "enhance_unavailable", "this service runs without the enhancer")
+    _check_points(options, cfg)
+    if placement == "split":
+        _check_split(options)
+    try:
+        models = quality_models(configured(cfg, options))
+    except ConfigError as exc:
+        raise ApiError(422, "invalid_option", str(exc)) from exc
+    if not wants:
+        return RequestQuality(options, None, models)
+    if options.face_enhancer_blend is not None:
+        blend = options.face_enhancer_blend / 100
+    return RequestQuality(options, blend if blend is not None else cfg.enhance.blend, models)
+
+
+def quality_models(cfg: EngineConfig) -> frozenset[str]:
+    """The landmarker and mask models a config runs, by model name."""
+    names = set(mask_model_names(cfg).values())
+    if cfg.landmarker.model == "dlib_68":
+        names.add("dlib_68")
+    return frozenset(names)
+
+
+def loaded_config(settings: ServeSettings) -> EngineConfig:
+    """The config the service loads its models from: the engine's, with the mask models that
+    requests may ask for (``limits.mask_models_allowed``) among its mask types."""
+    cfg = settings.engine
+    types = list(dict.fromkeys([*cfg.masks.types, *settings.limits.mask_models_allowed]))
+    return cfg.model_copy(update={"masks": cfg.masks.model_copy(update={"types": types})})
+
+
+def quality_components(settings: ServeSettings) -> list[Component]:
+    """The landmarker and mask models the service loads for its requests."""
+    needed = required_components(loaded_config(settings))
+    return [c for c in ("landmarker", "occluder", "parser") if c in needed]

@@ -1,0 +1,76 @@
+"""The split placement's deployments with per-request options, their classes called in-process
+(no Ray): a swap batch mixing requests with different options swaps each as its options' chain does."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fusion_ray.config import EngineConfig, RuntimeConfig, SwapConfig
+from fusion_ray.core.layout import swap_layout
+from fusion_ray.core.swapper import ClassicBackend
+from fusion_ray.facefusion_options import NO_OPTIONS, FaceFusionOptions, configured
+from fusion_ray.serve.deployments import SwapperDeployment
+from fusion_ray.serve.settings import ServeSettings
+from fusion_ray.types import SourceIdentity
+
+
+def test_a_swap_batch_runs_each_request_with_its_own_options(models_config):
+    cfg = EngineConfig(models=models_config, runtime=RuntimeConfig(providers=["cpu"]), swap=SwapConfig(swapper="classic"))
+    settings = ServeSettings.model_validate({"engine": cfg.model_dump(mode="json")})
+    swapper = SwapperDeployment.func_or_class(settings)
+    rng = np.random.default_rng(0)
+    size = swap_layout(cfg).size
+    identity = SourceIdentity(None, None, rng.integers(0, 256, (size, size, 3), np.uint8), 1)
+    crops = [rng.integers(0, 256, (n, size, size, 3), np.uint8) for n in (1, 2, 1)]
+    blurred = FaceFusionOptions(face_mask_blur=0.9)
+    options = [NO_OPTIONS, blurred, NO_OPTIONS]
+    results = swapper._swap_batch(crops, [identity] * 3, ["a", "b", "c"], options)
+    for crop, wanted, result in zip(crops, options, results, strict=True):
+        backend = ClassicBackend(swap_layout(configured(cfg, wanted)))
+        assert result["error"] == "" and np.array_equal(result["crops"], backend.swap(crop, [identity] * len(crop)))
+    plain = ClassicBackend(swap_layout(cfg)).swap(crops[1], [identity] * 2)
+    assert not np.array_equal(results[1]["crops"], plain)  # the blur reached the classic swap's mask
+    assert results[0]["batch"]["requests"] == 3
+
+
+def test_the_detector_runs_the_steps_before_the_swap_with_the_requests_options(models_config, images_dir, tmp_path):
+    """Split: the detector deployment loads the allowed occluder and makes each request's target-crop
+    masks (a labelled STAND-IN occluder: only the presence and shape of its mask are checked)."""
+    from fusion_ray.imageio import read_image
+    from fusion_ray.models.hashes import write_hash_record
+    from fusion_ray.models.standins_quality import build_quality_standins
+    from fusion_ray.serve.deployments import DetectorDeployment
+
+    xseg = build_quality_standins(tmp_path)["xseg_1"]
+    write_hash_record(xseg, "generated")
+    models = models_config.model_dump(mode="json")
+    models["paths"]["xseg_1"] = str(xseg)
+    settings = ServeSettings.model_validate({
+        "engine": {"models": models, "runtime": {"providers": ["cpu"]}, "swap": {"swapper": "classic"}},
+        "limits": {"mask_models_allowed": ["occlusion"]}})
+    detector = DetectorDeployment.func_or_class(settings)
+    frame = read_image(images_dir / "obama_and_biden.jpg").frame
+    plain = detector.detect(frame, "all", 0)
+    masked = detector.detect(frame, "all", 0, None, FaceFusionOptions(face_mask_types=("box", "occlusion")))
+    assert plain.error == masked.error == "" and plain.faces_detected == masked.faces_detected == 3
+    assert plain.faces.mask is None and masked.faces.mask is not None
+    assert masked.faces.mask.shape == masked.faces.crop.shape[:3]
+    assert np.array_equal(plain.faces.crop, masked.faces.crop)
+
+
+def test_a_pixel_boost_cuts_and_pastes_the_crops_at_its_size_in_the_split_placement(models_config, images_dir):
+    """inswapper (STAND-IN here: only crop sizes are checked): the detector cuts a boosted request's
+    crops at k x the model's 128, and the ingress pastes at the same layout."""
+    from fusion_ray.imageio import read_image
+    from fusion_ray.serve.chain import LocalStages
+    from fusion_ray.serve.deployments import DetectorDeployment
+
+    settings = ServeSettings.model_validate({"engine": {"models": models_config.model_dump(mode="json"),
+                                                        "runtime": {"providers": ["cpu"]}}})
+    detector = DetectorDeployment.func_or_class(settings)
+    frame = read_image(images_dir / "biden.jpg").frame
+    boost = FaceFusionOptions(face_swapper_pixel_boost="256x256")
+    assert detector.detect(frame, "all", 0).faces.crop.shape[1:3] == (128, 128)
+    assert detector.detect(frame, "all", 0, None, boost).faces.crop.shape[1:3] == (256, 256)
+    local = LocalStages(settings)
+    assert (local.layout(NO_OPTIONS).size, local.layout(boost).size) == (128, 256)

@@ -1,0 +1,148 @@
+"""What a request may ask with FaceFusion's options: the service's models, its caps, its placement
+(fusion_ray/serve/quality.py), and the form and OpenAPI that carry the options. No Ray."""
+
+from __future__ import annotations
+
+import pytest
+from urllib3 import encode_multipart_formdata
+
+from fusion_ray.errors import ConfigError
+from fusion_ray.facefusion_options import FACEFUSION_OPTIONS, FaceFusionOptions
+from fusion_ray.serve.forms import parse_multipart
+from fusion_ray.serve.limits import ApiError
+from fusion_ray.serve.quality import loaded_config, quality_components, request_quality
+from fusion_ray.serve.schemas import SwapOptions, SwapRequest, swap_request_schema
+from fusion_ray.serve.settings import parse_settings
+from tests.serve.test_units import forged_png
+
+
+def settings(**args):
+    return parse_settings({"auth": {"token_env": None}, **args})
+
+
+def ask(options: dict, service=None, **kwargs):
+    return request_quality(FaceFusionOptions.model_validate(options), service or settings(), enhancer=True, **kwargs)
+
+
+@pytest.mark.parametrize(("options", "limits", "detail"), [
+    ({"face_swapper_pixel_boost": "1024x1024"}, {"max_pixel_boost": 512},
+     "face_swapper_pixel_boost 1024x1024 is over this service's cap limits.max_pixel_boost=512"),
+    ({"face_swapper_pixel_boost": 512}, {}, "limits.max_pixel_boost=256"),  # the default cap
+    ({"face_mask_types": "box occlusion"}, {}, "face_mask_types occlusion is over this service's cap "
+     "limits.mask_models_allowed=[]"),
+    ({"face_mask_types": ["region"]}, {"mask_models_allowed": ["occlusion"]}, "limits.mask_models_allowed=['occlusion']"),
+    ({"face_enhancer_blend": 60}, {"enhancer_allowed": False}, "limits.enhancer_allowed=false"),
+])
+def test_a_request_over_a_cap_is_403_naming_the_cap(options, limits, detail):
+    with pytest.raises(ApiError) as err:
+        ask(options, settings(limits=limits))
+    assert (err.value.status, err.value.code) == (403, "over_cap") and detail in err.value.detail
+
+
+def test_the_enhance_field_is_capped_too():
+    with pytest.raises(ApiError) as err:
+        ask({}, settings(limits={"enhancer_allowed": False}), enhance=True)
+    assert err.value.code == "over_cap"
+
+
+def test_within_the_caps_the_options_pass_and_the_enhancer_blend_is_resolved():
+    service = settings(limits={"max_pixel_boost": 512, "mask_models_allowed": ["occlusion", "region"]})
+    got = ask({"face_swapper_pixel_boost": "512x512", "face_mask_types": ["box", "occlusion", "region"]}, service)
+    assert got.enhance_blend is None and got.models == {"xseg_1", "bisenet_resnet_34"}
+    assert ask({"face_enhancer_blend": 60}, service).enhance_blend == pytest.approx(0.6)
+    assert ask({}, service, enhance=True).enhance_blend == service.engine.enhance.blend
+    assert ask({}, service, enhance=True, blend=0.3).enhance_blend == 0.3
+    with pytest.raises(ApiError) as err:
+        ask({"face_enhancer_blend": 60}, service, blend=0.3)
+    assert err.value.status == 422 and "not both" in err.value.detail
+
+
+@pytest.mark.parametrize(("option", "value", "served"), [
+    ("face_swapper_model", "hyperswap_1a_256", "'inswapper_128'"),
+    ("face_enhancer_model", "codeformer", "'gfpgan_1.4'"),
+    ("face_occluder_model", "xseg_2", "'xseg_1'"),
+    ("face_parser_model", "bisenet_resnet_18", "'bisenet_resnet_34'"),
+    ("face_landmarker_model", "2dfan4", "'none'"),
+])
+def test_a_model_other_than_the_services_is_422_naming_the_one_it_runs(option, value, served):
+    with pytest.raises(ApiError) as err:
+        ask({option: value})
+    assert (err.value.status, err.value.code) == (422, "model_not_served")
+    assert err.value.detail.startswith(f"{option} {value!r}") and f"this service runs {served}" in err.value.detail
+    ask({option: served.strip("'")})  # naming the service's own model is fine
+
+
+def test_options_the_service_cannot_run_are_422():
+    with pytest.raises(ApiError) as err:
+        ask({"face_mask_types": ["box", "area"]})
+    assert err.value.code == "invalid_option" and "face_landmarker_model 'none'" in err.value.detail
+    classic = settings(engine={"swap": {"swapper": "classic"}})
+    with pytest.raises(ApiError) as err:
+        ask({"face_swapper_pixel_boost": "256x256"}, classic)
+    assert err.value.code == "invalid_option" and "classic swapper" in err.value.detail
+    with pytest.raises(ApiError) as err:
+        request_quality(FaceFusionOptions(face_enhancer_blend=50), settings(), enhancer=False)
+    assert err.value.code == "enhance_unavailable"
+
+
+@pytest.mark.parametrize("options", [{"face_mask_types": ["box", "region"]}, {"face_swapper_weight": 0.8}])
+def test_the_split_placement_refuses_what_needs_a_model_after_the_swap_or_the_targets_embedding(options):
+    service = settings(engine={"landmarker": {"model": "dlib_68"}}, limits={"mask_models_allowed": ["region"]})
+    ask(options, service, placement="fused")
+    with pytest.raises(ApiError) as err:
+        ask(options, service, placement="split")
+    assert err.value.code == "not_in_placement" and next(iter(options)) in err.value.detail
+    ask({"face_mask_types": "box area", "mouth_mask": True, "face_landmarker_score": 0.3, "face_mask_padding": [10],
+         "face_swapper_pixel_boost": 256}, service, placement="split")
+
+
+def test_the_services_defaults_must_be_within_its_caps():
+    with pytest.raises(ConfigError, match="engine.swap.pixel_boost"):
+        settings(engine={"swap": {"pixel_boost": 512}})
+    with pytest.raises(ConfigError, match="mask_models_allowed"):
+        settings(engine={"masks": {"types": ["box", "region"]}})
+    settings(engine={"masks": {"types": ["box", "region"]}}, limits={"mask_models_allowed": ["region"]})
+
+
+def test_the_service_loads_the_mask_models_requests_may_ask_for():
+    service = settings(engine={"landmarker": {"model": "dlib_68"}}, limits={"mask_models_allowed": ["region"]})
+    assert loaded_config(service).masks.types == ["box", "region"]
+    assert quality_components(service) == ["landmarker", "parser"]
+    assert quality_components(settings()) == []
+
+
+# ------------------------------------------------------------ the form and OpenAPI
+def _form(fields):
+    body, ctype = encode_multipart_formdata([("target", ("t.png", forged_png(4, 3), "image/png")),
+                                             ("source_id", "s"), *fields])
+    return SwapRequest.from_form(parse_multipart(body, ctype), max_pixels=100).options.facefusion
+
+
+def test_the_form_takes_facefusions_value_syntax():
+    repeated = _form([("face_mask_types", "box"), ("face_mask_types", "area"), ("face_swapper_pixel_boost", "512"),
+                      ("face_mask_padding", "10 20"), ("mouth_mask", "true"), ("face_enhancer_blend", "60")])
+    words = _form([("face_mask_types", "box area"), ("face_swapper_pixel_boost", "512x512"),
+                   ("face_mask_padding", "10,20"), ("mouth_mask", "1"), ("face_enhancer_blend", "60")])
+    assert repeated == words
+    assert repeated.given() == {"face_mask_types": ["box", "area"], "face_mask_padding": [10, 20],
+                                "face_swapper_pixel_boost": "512x512", "face_enhancer_blend": 60, "mouth_mask": True}
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("face_mask_types", "box mouth"), ("face_swapper_pixel_boost", "500x500"), ("face_mask_padding", "101"),
+    ("face_mask_padding", "1 2 3 4 5"), ("face_mask_blur", "2"), ("face_enhancer_blend", "101"),
+    ("face_swapper_weight", "-0.1"), ("face_mask_regions", "ears"), ("face_landmarker_score", "x"),
+])
+def test_a_bad_value_is_422_naming_the_field(field, value):
+    with pytest.raises(ApiError) as err:
+        _form([(field, value)])
+    assert (err.value.status, err.value.code) == (422, "invalid_option") and field in err.value.detail
+
+
+def test_openapi_lists_the_facefusion_fields_with_descriptions():
+    properties = swap_request_schema()["content"]["multipart/form-data"]["schema"]["properties"]
+    assert set(FACEFUSION_OPTIONS) <= set(properties) and set(FACEFUSION_OPTIONS) <= set(SwapOptions.model_fields)
+    for name in FACEFUSION_OPTIONS:
+        assert properties[name]["description"], name
+    assert properties["face_mask_types"]["anyOf"][0]["items"]["enum"] == ["box", "occlusion", "area", "region"]
+    assert "1024x1024" in properties["face_swapper_pixel_boost"]["anyOf"][0]["enum"]
