@@ -41,7 +41,7 @@ from fusion_ray.pipeline.reading import (
     segment_frames,
     unpack,
 )
-from fusion_ray.pipeline.report import INFO_ROW
+from fusion_ray.pipeline.report import INFO_ROW, step_column
 from fusion_ray.pipeline.track_read import (
     READ_STAGE,
     TRACK_COLUMNS,
@@ -118,6 +118,7 @@ class _Rows:
         # the read's detection and tracking, in the report's stage table
         columns[f"busy_ms_{READ_STAGE}"] = np.asarray([r.track_ms for r in rows], np.float64)
         columns[f"idle_ms_{READ_STAGE}"] = np.zeros(len(rows), np.float64)
+        columns[step_column(READ_STAGE)] = columns[f"busy_ms_{READ_STAGE}"]  # the chain's detect|track step
         return columns
 
 

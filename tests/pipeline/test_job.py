@@ -92,6 +92,9 @@ def test_good_items_finish_and_the_bad_one_is_reported(first_run):
     pool = saved["stages"]["fused"]
     assert pool["busy_s"] >= sum(saved["stages"][s]["busy_s"] for s in ("detect", "swap", "paste")) > 0
     assert 0 < pool["idle_ratio"] < 1 and saved["stages"]["detect"]["idle_s"] == 0
+    # each step's busy time, though detect, select and align share one stage (and all one pool)
+    assert set(saved["steps"]) == {"detect", "select", "align", "swap", "mask", "paste"}
+    assert all(step["busy_s"] > 0 for step in saved["steps"].values()), saved["steps"]
     assert saved["stand_in_models"] == ["arcface_w600k_r50", "inswapper_128"]
     driver = saved["driver"]  # what the scale benchmark reads
     assert 0 < driver["first_frame_s"] < saved["wall_s"] and driver["peak_rss_mb"] > 50
