@@ -28,10 +28,6 @@ from fusion_ray.pipeline.tracker import SegmentKey
 
 log = logging.getLogger(__name__)
 
-INFO_ROW = "info: an item's plan, not a frame"
-"""The ``error`` of an item's info row (no frame: every stage skips a row with an error)."""
-
-
 STEP_PREFIX = "step_ms_"
 """Per-row columns ``step_ms_<step>``: a row's share of a chain step's busy time (ms), wherever the
 step ran (a stage, a fused pool, a tracking read task); :meth:`JobReport.fold` sums them per step."""
@@ -188,15 +184,13 @@ class JobReport:
         """Add one slim output batch to the item and stage counters."""
         fold = Fold()
         touched = fold.items
-        if self.first_frame_s is None and any(e != INFO_ROW for e in batch["error"]):
+        if self.first_frame_s is None and len(batch["item"]):
             self.first_frame_s = time.perf_counter() - self.started
         for row in range(len(batch["item"])):
-            if batch["error"][row] == INFO_ROW:
-                continue  # an item's info row: the run registers it
             n = int(batch["item"][row])
             touched.add(n)
             result = self.items[n]
-            if "image" in batch and result.kind == ItemKind.UNKNOWN:  # its info row may come later
+            if "image" in batch and result.kind == ItemKind.UNKNOWN:  # its plan may come later
                 result.kind = ItemKind.IMAGE if bool(batch["image"][row]) else ItemKind.VIDEO
             error = str(batch["error"][row] or "")
             if bool(batch["read_failed"][row]):
