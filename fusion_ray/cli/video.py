@@ -49,6 +49,9 @@ def print_summary(report, wall_s: float, report_path: Path | None, *,  # type: i
     print(f"{'stage':15} {'busy s':>8} {'idle s':>8} {'idle %':>7}", file=sys.stderr)
     for name, stats in report.stages.items():
         print(f"{name:15} {stats.busy_s:8.2f} {stats.idle_s:8.2f} {100 * stats.idle_ratio:6.1f}%", file=sys.stderr)
+    if report.steps:  # each step of the chain, wherever it ran
+        print("steps (busy s): " + ", ".join(f"{name} {busy:.2f}" for name, busy in report.steps.items()),
+              file=sys.stderr)
     tracked = [item for item in report.items if item.det_full]
     if tracked:
         print(f"tracking ({len(tracked)} video(s)): {sum(i.det_full for i in tracked)} full-frame detections, "

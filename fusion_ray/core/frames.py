@@ -17,6 +17,7 @@ never passes it off as processed. Fatal errors (memory, model, provider) raise.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -149,46 +150,52 @@ class FrameChain:
                 self._setups.popitem(last=False)
         return made
 
-    def run(self, jobs: Sequence[FrameJob]) -> list[FrameDone]:
-        """Every job's frame through the whole chain."""
-        return self.swap(jobs, self.find(jobs))
+    def run(self, jobs: Sequence[FrameJob], timings: dict[str, float] | None = None) -> list[FrameDone]:
+        """Every job's frame through the whole chain (``timings``: each step's busy ms is added)."""
+        return self.swap(jobs, self.find(jobs, timings), timings)
 
     def faces(self, job: FrameJob) -> FoundFaces:
         """The job's faces to swap (see :meth:`find`)."""
         return self.find([job])[0]
 
-    def find(self, jobs: Sequence[FrameJob]) -> list[FoundFaces]:
+    def find(self, jobs: Sequence[FrameJob], timings: dict[str, float] | None = None) -> list[FoundFaces]:
         """Each job's faces to swap: followed on crops (level 3; given to the chain), else the
         chain's steps up to selection; each follower is updated either way."""
         found: dict[int, FoundFaces] = {}
         for options, rows in _by_options(jobs).items():
             part = [jobs[i] for i in rows]
             try:
-                found.update(zip(rows, self._find(self.setup(options), part), strict=True))
+                found.update(zip(rows, self._find(self.setup(options), part, timings), strict=True))
             except ConfigError as exc:  # the caller checks options first: this is a caller's bug, per frame
                 found.update((i, FoundFaces(FaceBatch.empty(), 0, f"options: {exc}")) for i in rows)
         return [found[i] for i in range(len(jobs))]
 
-    def swap(self, jobs: Sequence[FrameJob], found: Sequence[FoundFaces]) -> list[FrameDone]:
+    def swap(self, jobs: Sequence[FrameJob], found: Sequence[FoundFaces],
+             timings: dict[str, float] | None = None) -> list[FrameDone]:
         """The rest of the chain (align, swap, paste, enhance...) over the found faces of every job,
         each model once per batch (per group of options)."""
         done: dict[int, FrameDone] = {}
         for options, rows in _by_options(jobs).items():
             part = [jobs[i] for i in rows]
             try:
-                done.update(zip(rows, self._swap(self.setup(options), part, [found[i] for i in rows]), strict=True))
+                done.update(zip(rows, self._swap(self.setup(options), part, [found[i] for i in rows], timings),
+                                strict=True))
             except ConfigError as exc:
                 done.update((i, _unchanged(jobs[i], f"options: {exc}")) for i in rows)
         return [done[i] for i in range(len(jobs))]
 
-    def _find(self, setup: _Setup, jobs: Sequence[FrameJob]) -> list[FoundFaces]:
+    def _find(self, setup: _Setup, jobs: Sequence[FrameJob], timings: dict[str, float] | None) -> list[FoundFaces]:
         errors = [""] * len(jobs)
+        start = time.perf_counter()
         followed = [self._followed(job, errors, i) for i, job in enumerate(jobs)]
+        if timings is not None and any(job.request.follower is not None for job in jobs):  # a live stream's tracker
+            timings["track"] = timings.get("track", 0.0) + (time.perf_counter() - start) * 1000.0
         given = np.asarray([f is not None for f in followed])
         rows_given = [i for i, f in enumerate(followed) if f is not None]
         faces = FaceBatch.merge([f for f in followed if f is not None], rows_given)
         rows = self._rows(jobs, given, np.asarray([len(f) if f is not None else 0 for f in followed], np.int32))
-        done = setup.finding.run(setup.tools, rows, FrameBatch([j.request.frame for j in jobs], errors, faces))
+        done = setup.finding.run(setup.tools, rows, FrameBatch([j.request.frame for j in jobs], errors, faces),
+                                 timings)
         detected = done.counter("faces_detected")
         found = []
         for i, job in enumerate(jobs):
@@ -198,11 +205,13 @@ class FrameChain:
             found.append(FoundFaces(mine, int(detected[i]) if not errors[i] else 0, errors[i]))
         return found
 
-    def _swap(self, setup: _Setup, jobs: Sequence[FrameJob], found: Sequence[FoundFaces]) -> list[FrameDone]:
+    def _swap(self, setup: _Setup, jobs: Sequence[FrameJob], found: Sequence[FoundFaces],
+              timings: dict[str, float] | None) -> list[FrameDone]:
         errors = [f.error for f in found]
         faces = FaceBatch.merge([f.faces for f in found], range(len(found)))
         rows = self._rows(jobs, np.ones(len(jobs), bool), np.asarray([f.detected for f in found], np.int32))
-        done = setup.rest.run(setup.tools, rows, FrameBatch([job.request.frame for job in jobs], errors, faces))
+        done = setup.rest.run(setup.tools, rows, FrameBatch([job.request.frame for job in jobs], errors, faces),
+                              timings)
         none = np.zeros((0, 5, 2), np.float32)
         return [FrameDone(done.frames[i] if not errors[i] else job.request.frame, f.detected,
                           f.faces.landmarks_5 if not errors[i] else none, errors[i], job.request.follower)

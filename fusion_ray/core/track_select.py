@@ -1,6 +1,7 @@
 """Face selection decided per track, not per frame: the chosen person stays chosen.
 
-The per-frame rules of :func:`fusion_ray.ops.select.select_faces` applied once per track:
+The one selection function, :func:`fusion_ray.ops.select.select_indices`, chooses among a frame's
+tracked faces; this module only says when a choice is made and how long it holds:
 
 - ``all``: every face;
 - ``largest``: the track of the largest face on the first frame with a face;
@@ -21,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fusion_ray.core.tracking import FrameFaces
-from fusion_ray.ops.select import cosine_distance
+from fusion_ray.ops.select import select_indices
 from fusion_ray.types import Embedding
 
 BoolArray = npt.NDArray[np.bool_]
@@ -55,9 +56,9 @@ class TrackSelection:
         """
         ids = faces.track_id
         if self.mode == "all":
-            return np.ones(len(faces), bool)
+            return np.isin(np.arange(len(faces)), select_indices(faces.bbox_xyxy, "all"))
         if self.mode == "reference":
-            return self._reference(ids, embeddings or {})
+            return self._reference(faces, embeddings or {})
         if self.chosen is not None and live is not None and self.chosen not in live:
             self.chosen = None
         if self.chosen is None and len(faces):
@@ -65,19 +66,20 @@ class TrackSelection:
         return ids == self.chosen if self.chosen is not None else np.zeros(len(faces), bool)
 
     def _pick(self, faces: FrameFaces) -> int | None:
-        boxes = faces.bbox_xyxy
-        if self.mode == "largest":
-            areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-            return int(faces.track_id[int(np.argmax(areas))])
-        order = sorted(range(len(faces)), key=lambda i: (float(boxes[i, 0]), float(boxes[i, 1])))
-        return int(faces.track_id[order[self.index]]) if self.index < len(order) else None
+        """The track of the face :func:`select_indices` picks on this frame (largest or index)."""
+        chosen = select_indices(faces.bbox_xyxy, self.mode, index=self.index)
+        return int(faces.track_id[chosen[0]]) if chosen else None
 
-    def _reference(self, ids: npt.NDArray[np.int64], embeddings: Mapping[int, Embedding]) -> BoolArray:
-        assert self.reference is not None
-        for tid in ids.tolist():
-            if tid not in self._decided and tid in embeddings:
-                self._decided[tid] = cosine_distance(embeddings[tid], self.reference) <= self.max_distance
-        return np.asarray([self._decided.get(tid, False) for tid in ids.tolist()], bool)
+    def _reference(self, faces: FrameFaces, embeddings: Mapping[int, Embedding]) -> BoolArray:
+        """Tracks not decided yet that have an embedding are decided now, by :func:`select_indices`."""
+        ids = faces.track_id.tolist()
+        todo = [i for i, tid in enumerate(ids) if tid not in self._decided and tid in embeddings]
+        if todo:
+            chosen = set(select_indices(faces.bbox_xyxy[todo], "reference", embeddings=[embeddings[ids[i]] for i in todo],
+                                        reference=self.reference, max_distance=self.max_distance))
+            for k, i in enumerate(todo):
+                self._decided[ids[i]] = k in chosen
+        return np.asarray([self._decided.get(tid, False) for tid in ids], bool)
 
 
 def last_frames(frames: Sequence[FrameFaces]) -> dict[int, int]:

@@ -11,7 +11,7 @@ from fusion_ray.types import Embedding, Face
 
 def order_faces(faces: Sequence[Face]) -> list[Face]:
     """Faces in a stable reading order: left to right by box, then top to bottom."""
-    return sorted(faces, key=lambda f: (float(f.bbox_xyxy[0]), float(f.bbox_xyxy[1])))
+    return [faces[i] for i in reading_order(np.asarray([f.bbox_xyxy for f in faces], np.float32))]
 
 
 def cosine_distance(a: Embedding, b: Embedding) -> float:
@@ -22,34 +22,60 @@ def cosine_distance(a: Embedding, b: Embedding) -> float:
     return 1.0 - float(np.dot(a, b)) / (na * nb)
 
 
+def reading_order(bbox_xyxy: np.ndarray) -> list[int]:
+    """Positions of the boxes in reading order: left to right, then top to bottom (stable)."""
+    boxes = np.asarray(bbox_xyxy).reshape(-1, 4)
+    return sorted(range(len(boxes)), key=lambda i: (float(boxes[i, 0]), float(boxes[i, 1])))
+
+
+def select_indices(bbox_xyxy: np.ndarray, mode: str, *, index: int = 0,
+                   embeddings: Sequence[Embedding | None] | None = None, reference: Embedding | None = None,
+                   max_distance: float = 0.6) -> list[int]:
+    """Which faces to swap, as positions into ``bbox_xyxy`` (n, 4), in reading order: the one
+    decision every path makes (per frame: :func:`select_faces`; per track:
+    :class:`fusion_ray.core.track_select.TrackSelection` calls it on a frame's tracked faces).
+
+    ``all``: every face; ``largest``: the one with the biggest box (the first in reading order on
+    a tie); ``index``: the ``index``-th face in reading order (none if out of range);
+    ``reference``: the faces whose embedding (``embeddings``, one per box) is within
+    ``max_distance`` (cosine distance) of ``reference``. No face is an empty list, not an error.
+    """
+    order = reading_order(bbox_xyxy)
+    if not order:
+        return []
+    if mode not in ("all", "largest", "index", "reference"):
+        raise ValueError(f"unknown selection mode {mode!r}; expected all, largest, index or reference")
+    if mode == "index" and index < 0:
+        raise ValueError(f"index: expected a non-negative face index, got {index}")
+    if mode == "reference" and reference is None:
+        raise ValueError("reference selection needs a reference embedding")
+    if mode == "all":
+        return order
+    boxes = np.asarray(bbox_xyxy).reshape(-1, 4)
+    if mode == "largest":
+        areas = [float((boxes[i, 2] - boxes[i, 0]) * (boxes[i, 3] - boxes[i, 1])) for i in order]
+        return [order[int(np.argmax(areas))]]
+    if mode == "index":
+        return [order[index]] if index < len(order) else []
+    return [i for i in order if _near(_embedding_of(embeddings, i), reference, max_distance)]
+
+
+def _embedding_of(embeddings: Sequence[Embedding | None] | None, i: int) -> Embedding:
+    embedding = embeddings[i] if embeddings is not None else None
+    if embedding is None:
+        raise ValueError("reference selection needs the embedding of every target face")
+    return embedding
+
+
+def _near(embedding: Embedding, reference: Embedding | None, max_distance: float) -> bool:
+    assert reference is not None
+    return cosine_distance(embedding, reference) <= max_distance
+
+
 def select_faces(faces: Sequence[Face], mode: str, *, index: int = 0,
                  reference: Embedding | None = None, max_distance: float = 0.6) -> list[Face]:
-    """Choose faces to swap.
-
-    ``all``: every face (reading order); ``largest``: the one with the biggest box;
-    ``index``: the ``index``-th face in reading order (none if out of range);
-    ``reference``: faces whose embedding is within ``max_distance`` (cosine distance) of
-    ``reference``. No face is an empty list, not an error.
-    """
-    ordered = order_faces(faces)
-    if not ordered:
-        return []
-    if mode == "all":
-        return ordered
-    if mode == "largest":
-        return [max(ordered, key=lambda f: f.area)]
-    if mode == "index":
-        if index < 0:
-            raise ValueError(f"index: expected a non-negative face index, got {index}")
-        return [ordered[index]] if index < len(ordered) else []
-    if mode == "reference":
-        if reference is None:
-            raise ValueError("reference selection needs a reference embedding")
-        chosen = []
-        for face in ordered:
-            if face.embedding is None:
-                raise ValueError("reference selection needs the embedding of every target face")
-            if cosine_distance(face.embedding, reference) <= max_distance:
-                chosen.append(face)
-        return chosen
-    raise ValueError(f"unknown selection mode {mode!r}; expected all, largest, index or reference")
+    """The faces to swap of one frame (see :func:`select_indices`)."""
+    boxes = np.asarray([f.bbox_xyxy for f in faces], np.float32).reshape(-1, 4)
+    chosen = select_indices(boxes, mode, index=index, embeddings=[f.embedding for f in faces],
+                            reference=reference, max_distance=max_distance)
+    return [faces[i] for i in chosen]

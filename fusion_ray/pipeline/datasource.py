@@ -11,7 +11,8 @@ here, once, and travels in the ``alpha`` column (the plane's bytes, ``b""`` when
 none) to the encode stage, which re-attaches it. A unit that cannot be decoded yields one row
 marked ``read_failed`` (its ``index`` is the first frame it could not deliver) with the error,
 so the job can report the item instead of failing as a whole; the stages skip that row, as
-they skip any row with an error (an item's info row, :func:`info_block`, is skipped so too).
+they skip any row with an error. Every row is a frame or such a row: what planning found of an
+item reaches the driver beside the stream (:mod:`fusion_ray.pipeline.plans`).
 
 With tracking (``read_unit(..., tracking=TrackedRead(...))``), a video read task also tracks
 the segment's faces as it decodes them (:mod:`fusion_ray.pipeline.track_read`): it holds a
@@ -41,7 +42,7 @@ from fusion_ray.pipeline.reading import (
     segment_frames,
     unpack,
 )
-from fusion_ray.pipeline.report import INFO_ROW
+from fusion_ray.pipeline.report import step_column
 from fusion_ray.pipeline.track_read import (
     READ_STAGE,
     TRACK_COLUMNS,
@@ -53,15 +54,13 @@ from fusion_ray.storage import Storage, StorageConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FRAME_COLUMNS", "INFO_ROW", "NO_ALPHA", "TRACK_COLUMNS", "ReadUnit", "alpha_plane", "info_block",
-           "is_remote", "object_column", "pack", "read_images", "read_unit", "unpack"]
+__all__ = ["FRAME_COLUMNS", "NO_ALPHA", "TRACK_COLUMNS", "ReadUnit", "alpha_plane", "is_remote", "object_column", "pack", "read_images", "read_unit", "unpack"]
 
 FRAME_COLUMNS = ("item", "segment", "index", "time_s", "source_id", "frame", "alpha", "error", "read_failed",
-                 "image", "seg_start", "seg_count", "target", "info")
+                 "image", "seg_start", "seg_count", "target")
 """Every row's columns. ``image``: whether its item is an image; ``seg_start``/``seg_count``: its
 segment's first frame and length (0, 1 for an image); ``target``: where the encode stage sends it (a
-``VideoTarget`` or an ``ImageTarget``, :func:`pack`-ed); ``info``: ``b""``, or on an info row (no
-frame) what planning found of its item, packed."""
+``VideoTarget`` or an ``ImageTarget``, :func:`pack`-ed)."""
 class _Rows:
     """The rows of the block being built (with tracking, also the :data:`TRACK_COLUMNS`)."""
 
@@ -75,7 +74,7 @@ class _Rows:
         return len(self.tracked)
 
     def add(self, index: int, time_s: float, frame: np.ndarray, alpha: bytes = NO_ALPHA, error: str = "",
-            tracked: TrackedFrame | None = None, unit: ReadUnit | None = None, info: bytes = b"") -> None:
+            tracked: TrackedFrame | None = None, unit: ReadUnit | None = None) -> None:
         """One row of ``unit`` (default: the block's; a block of images has one row per image)."""
         unit = unit or self.unit
         seg = unit.segment
@@ -83,7 +82,7 @@ class _Rows:
         for name, value in (("item", unit.item), ("segment", segment), ("index", index), ("time_s", time_s),
                             ("source_id", unit.source_id), ("frame", frame), ("alpha", alpha),
                             ("error", error), ("read_failed", bool(error)), ("image", seg is None), ("seg_start", start),
-                            ("seg_count", count), ("target", unit.target), ("info", info)):
+                            ("seg_count", count), ("target", unit.target)):
             self.columns[name].append(value)
         self.tracked.append(tracked)
 
@@ -103,7 +102,6 @@ class _Rows:
             "seg_start": np.asarray(rows["seg_start"], np.int64),
             "seg_count": np.asarray(rows["seg_count"], np.int64),
             "target": object_column(rows["target"]),
-            "info": object_column(rows["info"]),
         }
         if self.tracking:
             batch.update(self._track_columns())
@@ -118,22 +116,13 @@ class _Rows:
         # the read's detection and tracking, in the report's stage table
         columns[f"busy_ms_{READ_STAGE}"] = np.asarray([r.track_ms for r in rows], np.float64)
         columns[f"idle_ms_{READ_STAGE}"] = np.zeros(len(rows), np.float64)
+        columns[step_column(READ_STAGE)] = columns[f"busy_ms_{READ_STAGE}"]  # the chain's detect|track step
         return columns
 
 
 def pack(value: Any) -> bytes:
     """An object for a column (Arrow keeps bytes as they are; it cannot convert a dataclass)."""
     return cloudpickle.dumps(value)  # (mapping proxies in the plans: plain pickle refuses them)
-
-
-def info_block(infos: Sequence[tuple[int, bytes]], tracking: bool) -> Block:
-    """The block that tells the driver what planning found of some items: one frame-less row per
-    (item, packed info)."""
-    rows = _Rows(ReadUnit(infos[0][0], "", "", None, (0, 0)), tracking)
-    for item, info in infos:
-        rows.add(0, 0.0, np.zeros((2, 2, 3), np.uint8), error=INFO_ROW, info=info,
-                 unit=ReadUnit(item, "", "", None, (0, 0)))
-    return rows.block()
 
 
 def _frames_column(frames: list[np.ndarray]) -> np.ndarray:

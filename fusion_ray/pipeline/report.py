@@ -13,11 +13,13 @@ import logging
 import resource
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from fusion_ray import __version__
 from fusion_ray.errors import FusionRayError, describe_error, one_line
@@ -26,8 +28,13 @@ from fusion_ray.pipeline.tracker import SegmentKey
 
 log = logging.getLogger(__name__)
 
-INFO_ROW = "info: an item's plan, not a frame"
-"""The ``error`` of an item's info row (no frame: every stage skips a row with an error)."""
+STEP_PREFIX = "step_ms_"
+"""Per-row columns ``step_ms_<step>``: a row's share of a chain step's busy time (ms), wherever the
+step ran (a stage, a fused pool, a tracking read task); :meth:`JobReport.fold` sums them per step."""
+
+
+def step_column(step: str) -> str:
+    return f"{STEP_PREFIX}{step}"
 
 
 class ItemStatus(StrEnum):
@@ -117,6 +124,9 @@ class JobReport:
     frames: int = 0
     wall_s: float = 0.0
     stages: dict[str, StageStats] = field(default_factory=dict)
+    steps: dict[str, float] = field(default_factory=dict)
+    """Each chain step's busy seconds, wherever it ran (detect or track, select, landmark, align,
+    the masks, swap, paste, enhance...), in the order they first came back."""
     stand_in_models: list[str] = field(default_factory=list)
     precision: dict[str, str] = field(default_factory=dict)
     """The precision each model ran at (``fp32``, ``fp16``, ``int8``), by model name."""
@@ -174,15 +184,13 @@ class JobReport:
         """Add one slim output batch to the item and stage counters."""
         fold = Fold()
         touched = fold.items
-        if self.first_frame_s is None and any(e != INFO_ROW for e in batch["error"]):
+        if self.first_frame_s is None and len(batch["item"]):
             self.first_frame_s = time.perf_counter() - self.started
         for row in range(len(batch["item"])):
-            if batch["error"][row] == INFO_ROW:
-                continue  # an item's info row: the run registers it
             n = int(batch["item"][row])
             touched.add(n)
             result = self.items[n]
-            if "image" in batch and result.kind == ItemKind.UNKNOWN:  # its info row may come later
+            if "image" in batch and result.kind == ItemKind.UNKNOWN:  # its plan may come later
                 result.kind = ItemKind.IMAGE if bool(batch["image"][row]) else ItemKind.VIDEO
             error = str(batch["error"][row] or "")
             if bool(batch["read_failed"][row]):
@@ -196,11 +204,27 @@ class JobReport:
                 fold.segment_frames[key] += 1
                 if "seg_count" in batch:
                     fold.segment_lengths[key] = int(batch["seg_count"][row])
+        self.add_steps({column[len(STEP_PREFIX):]: float(np.sum(batch[column]))
+                        for column in batch if column.startswith(STEP_PREFIX)})
         for name, stats in self.stages.items():
             if f"busy_ms_{name}" in batch:
                 stats.busy_s += float(batch[f"busy_ms_{name}"].sum()) / 1000.0
                 stats.idle_s += float(batch[f"idle_ms_{name}"].sum()) / 1000.0
         return fold
+
+    def add_times(self, clocks: Mapping[str, Any], steps: Collection[str]) -> None:
+        """A runner's clocks (``busy_s``, ``idle_s``) into the stage table; those named in ``steps``
+        (chain steps) into the step table too."""
+        self.track_stages(clocks)
+        for name, clock in clocks.items():
+            self.stages[name].busy_s += clock.busy_s
+            self.stages[name].idle_s += clock.idle_s
+        self.add_steps({name: clock.busy_s * 1000.0 for name, clock in clocks.items() if name in steps})
+
+    def add_steps(self, busy_ms: Mapping[str, float]) -> None:
+        """Add each step's busy time (ms)."""
+        for step, ms in busy_ms.items():
+            self.steps[step] = self.steps.get(step, 0.0) + ms / 1000.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -215,6 +239,7 @@ class JobReport:
             "precision": self.precision,
             "stages": {name: {"busy_s": round(s.busy_s, 3), "idle_s": round(s.idle_s, 3),
                               "idle_ratio": round(s.idle_ratio, 3)} for name, s in self.stages.items()},
+            "steps": {name: {"busy_s": round(busy, 3)} for name, busy in self.steps.items()},
             "items": [asdict(item) for item in self.items],
         }
 

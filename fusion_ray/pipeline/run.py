@@ -2,9 +2,9 @@
 
 ``run_group`` embeds the group's sources on the driver, then a :class:`GroupRun` starts the
 segment writers and streams the group through Ray Data: planning tasks, decode tasks
-(:mod:`fusion_ray.pipeline.stream`), the stages and the encode stage. The driver folds each
-slim output batch into the report and the segment tracker: an item's info row registers it
-(a video's segments, those an earlier run finished), a segment whose frames have all reached
+(:mod:`fusion_ray.pipeline.stream`), the stages and the encode stage. The driver registers each item as its plan comes back beside the stream
+(:mod:`fusion_ray.pipeline.plans`: a video's segments, those an earlier run finished) and folds
+each slim output batch (frames only) into the report and the segment tracker: a segment whose frames have all reached
 their writer is finished, and a video whose segments are all written is joined by a Ray task
 (:mod:`fusion_ray.pipeline.finalise`); an animated image is swapped whole by a Ray task
 (:mod:`fusion_ray.pipeline.animated`). Past planning (a few items, ``plan_on_driver``), the
@@ -25,10 +25,10 @@ import ray
 from fusion_ray.pipeline.animated import swap_animated
 from fusion_ray.pipeline.build import Sink, build_pipeline
 from fusion_ray.pipeline.config import FUSED_POOL, PipelineConfig
-from fusion_ray.pipeline.datasource import INFO_ROW, unpack
 from fusion_ray.pipeline.finalise import CLEANUP_TIMEOUT_S, join_item
 from fusion_ray.pipeline.group import GroupBook, ProgressCallback, Sources, prepare_group
 from fusion_ray.pipeline.plan import GroupPlan, ItemPlan, JobPlan
+from fusion_ray.pipeline.plans import PlanInbox, PostPlans, start_board
 from fusion_ray.pipeline.report import ItemKind, ItemResult, JobReport
 from fusion_ray.pipeline.stages import stage_names
 from fusion_ray.pipeline.stream import (
@@ -67,6 +67,8 @@ class GroupRun(GroupBook):
         self.animating: dict[Any, int] = {}
         """Tasks swapping an animated image (:mod:`fusion_ray.pipeline.animated`), by item."""
         self.sources: Sources | None = None
+        self.plans: PlanInbox | None = None
+        """The items' plans, from the planning tasks (beside the frame stream)."""
 
     def execute(self, sources: Sources, progress: ProgressCallback | None, gpus_now: float) -> None:
         """Run every item; the cleanup always runs."""
@@ -75,7 +77,9 @@ class GroupRun(GroupBook):
             if not self.items:
                 return
             self._start_writers()
+            self.plans = PlanInbox(start_board())
             self._stream(sources, progress, gpus_now)
+            self._register_plans(now=True)  # items with nothing to decode (resumed, refused, animated)
             self._collect(block=True)
             self.fail_incomplete()
         finally:
@@ -83,6 +87,8 @@ class GroupRun(GroupBook):
             self._wait_for_joins()
             self._stop_animations()
             cleanup(self.open_segments(), self.writers)
+            if self.plans is not None:
+                self.plans.close()
 
     def _start_writers(self) -> None:
         pipeline = self.ctx.cfg.pipeline
@@ -106,10 +112,12 @@ class GroupRun(GroupBook):
         reads = [READ_STAGE] if tracking is not None else []
         self.report.track_stages([*reads, *stage_names(engine), "encode", *fused])
         images = self.may_have(ItemKind.IMAGE)
+        assert self.plans is not None
+        post = PostPlans(self.plans.board)  # each planning task hands its plans to the driver here
         # A dataset copies the DataContext when it is created: set it up first.
         with _data_context(pipeline):
             ds = ray.data.read_datasource(
-                ItemSource(self.items, self.ctx, pipeline.plan_chunk_items), num_cpus=0.05,
+                ItemSource(self.items, self.ctx, pipeline.plan_chunk_items, post), num_cpus=0.05,
                 compute=ray.data.TaskPoolStrategy(size=pipeline.plan_tasks),
                 override_num_blocks=chunks(len(self.items), pipeline.plan_chunk_items))
             ds = one_row_blocks(ds, num_cpus=0.05)
@@ -130,11 +138,15 @@ class GroupRun(GroupBook):
                     progress(self.done_frames, max(self.total, self.done_frames), self.report)
 
     def _on_batch(self, batch: Mapping[str, Any]) -> None:
-        for n, info, error in zip(batch["item"], batch["info"], batch["error"], strict=True):
-            if error == INFO_ROW:
-                self.register(int(n), unpack(info))
+        # A planning task posts its plans before its units are decoded: an item not heard of yet is on the board.
+        self._register_plans(now=bool({int(n) for n in batch["item"]} - self.heard))
         self.fold(batch)
         self._collect(block=False)
+
+    def _register_plans(self, *, now: bool) -> None:
+        assert self.plans is not None
+        for n, info in self.plans.take(now=now):
+            self.register(n, info)
 
     def finish_segment(self, key: SegmentKey) -> None:
         writer = self.writers[writer_for(key, len(self.writers))]

@@ -12,7 +12,8 @@ With today's steps and no GPU step added, the stages are:
 enhancement ``enhance`` and ``paste_enhanced`` (enhance_mask, paste_enhanced).
 
 Every stage records, per row, its share of the batch's busy time (``busy_ms_<stage>``) and of
-the time it waited for that batch since the previous one (``idle_ms_<stage>``). A frame whose
+the time it waited for that batch since the previous one (``idle_ms_<stage>``), and its share of
+each of its steps' busy time (``step_ms_<step>``: the report's per-step table). A frame whose
 processing fails for its own reasons keeps its input pixels, gets a message in ``error`` and
 is skipped by later stages; a fatal failure (a model, provider or memory error) raises, so
 that Ray restarts the actor. No stage imports Ray.
@@ -40,6 +41,7 @@ from fusion_ray.core.facebatch import (
 )
 from fusion_ray.core.modelset import ModelSet
 from fusion_ray.core.steps import Chain, Rows, Step, Tools, run_steps
+from fusion_ray.pipeline.report import step_column
 from fusion_ray.types import Embedding, SourceIdentity
 
 Batch = dict[str, Any]
@@ -233,7 +235,9 @@ class ChainStage(Stage):
         self.consumes = tuple(dict.fromkeys(consumes))
         self.counters = tuple(c for c in _COUNTERS if c in writes)
         faces_out = (*FACE_COLUMNS, *EXTRA_COLUMNS) if self.emits_faces else ()
-        self.produces = (*(("frame",) if "frame" in writes else ()), *self.counters, *faces_out)
+        self.step_columns = {s.name: step_column(s.name) for s in self.group.steps}
+        self.produces = (*(("frame",) if "frame" in writes else ()), *self.counters, *faces_out,
+                         *self.step_columns.values())
         handles_faces = bool((reads | writes) & _FACE_FIELDS) or self.tracked
         retired = (*FACE_COLUMNS, *EXTRA_COLUMNS) if handles_faces else ()
         self.retires = (*retired, *(("tracked", "faces_found") if self.tracked else ()))
@@ -255,8 +259,11 @@ class ChainStage(Stage):
         rows = self._rows(batch, n)
         frames = frames_of(batch) if self.reads_frame else [_NO_FRAME] * n
         faces = FaceBatch.from_columns(batch, rows.source_ids) if "face_bbox" in batch else FaceBatch.empty()
-        done = run_steps(self.group.steps, self.tools, rows, FrameBatch(frames, errors, faces))
+        timings: dict[str, float] = {}
+        done = run_steps(self.group.steps, self.tools, rows, FrameBatch(frames, errors, faces), timings)
         out: Batch = {name: done.counter(name) for name in self.counters}
+        for step, column in self.step_columns.items():  # each step's busy time, shared by the rows
+            out[column] = np.full(n, timings.get(step, 0.0) / max(n, 1))
         if "frame" in self.produces:
             out["frame"] = stack_frames(done.frames)
         if self.emits_faces:

@@ -6,14 +6,14 @@ the driver before frames move:
 - :class:`ItemSource` is a datasource whose read tasks each plan a few items
   (:func:`plan_items`): ``plan_item`` (probe, keyframe segments, checks) where the driver
   left an item unplanned, the parts key, the output folders, and a video's segments finished
-  by an earlier run (:mod:`fusion_ray.pipeline.parts`). It emits one row per unit to decode
-  (a video segment still to do, or a group of images sized by bytes); the first row also
-  carries the items' :class:`ItemInfo` (the plan without its frame timestamps, and the
-  resumed segments).
+  by an earlier run (:mod:`fusion_ray.pipeline.parts`). It posts the items' :class:`ItemInfo`
+  (the plan without its frame timestamps, and the resumed segments) to the driver beside the
+  stream (:mod:`fusion_ray.pipeline.plans`), then emits one row per unit to decode (a video
+  segment still to do, or a group of images sized by bytes).
 - :func:`decode_units` (``map_batches``, one row at a time, at most ``read_tasks +
-  image_read_tasks`` at once: the decode-ahead bound) turns the infos into frame-less info
-  rows that every stage skips and that tell the driver about their items, and decodes a unit
-  into frame blocks (:mod:`fusion_ray.pipeline.datasource`).
+  image_read_tasks`` at once: the decode-ahead bound) decodes a unit into frame blocks
+  (:mod:`fusion_ray.pipeline.datasource`). Every row of the stream is a frame (or a unit's
+  ``read_failed`` row).
 
 Later items are planned while the first segments are processed, so the time to the first
 frame does not grow with the number of items.
@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,6 @@ from ray.data.datasource import Datasource, ReadTask
 from fusion_ray.pipeline.datasource import (
     ReadUnit,
     image_groups,
-    info_block,
     object_column,
     pack,
     read_images,
@@ -60,10 +59,13 @@ class Units:
     units: tuple[ReadUnit, ...]
 
 
-def plan_items(items: Sequence[ItemPlan], ctx: GroupContext) -> Iterator[Block]:
-    """One read task: plan ``items`` (see the module docstring); one block of rows, one per unit
-    to decode. The infos of all the items ride on the first row (decoded as one info block:
-    few rows per item travel the pipeline), or on a row of their own when nothing is decoded."""
+PostInfos = Callable[[Sequence[tuple[int, bytes]]], None]
+"""Hands (item, packed :class:`ItemInfo`) pairs to the driver (:class:`~fusion_ray.pipeline.plans.PostPlans`)."""
+
+
+def plan_items(items: Sequence[ItemPlan], ctx: GroupContext, post: PostInfos) -> Iterator[Block]:
+    """One read task: plan ``items`` (see the module docstring), ``post`` their infos, then one
+    block of rows, one per unit to decode (a row with no unit when nothing is decoded)."""
     storage = Storage(ctx.storage)
     infos: list[ItemInfo] = []
     videos: list[ReadUnit] = []
@@ -74,22 +76,20 @@ def plan_items(items: Sequence[ItemPlan], ctx: GroupContext) -> Iterator[Block]:
         videos += [u for u in units if u.segment is not None]
         images += [u for u in units if u.segment is None]
     groups = [(u,) for u in videos] + [tuple(g) for g in image_groups(images, int(ctx.cfg.pipeline.image_task_mb * 2**20))]
-    rows: dict[str, list[Any]] = {"item": [], "infos": [], "units": []}
-    for k, group in enumerate(groups or [()]):
+    post([(i.plan.index, pack(i)) for i in infos])
+    rows: dict[str, list[Any]] = {"item": [], "units": []}
+    for group in groups or [()]:
         rows["item"].append(group[0].item if group else items[0].index)
-        rows["infos"].append(pack(tuple((i.plan.index, pack(i)) for i in infos)) if k == 0 else b"")
         rows["units"].append(pack(Units(group)) if group else b"")
     yield BlockAccessor.batch_to_block({"item": np.asarray(rows["item"], np.int64),
-                                        "infos": object_column(rows["infos"]), "units": object_column(rows["units"])})
+                                        "units": object_column(rows["units"])})
 
 
 def decode_units(batch: Mapping[str, Any], *, block_frames: int, block_mb: float, tracking: TrackedRead | None,
                  storage: StorageConfig) -> Iterator[Block]:
-    """``map_batches`` over the planned rows, one at a time: an info row passes as one frame-less
-    row, a unit is decoded into blocks of at most ``block_frames`` frames and ``block_mb``."""
-    for infos, units in zip(batch["infos"], batch["units"], strict=True):
-        if infos:
-            yield info_block(unpack(infos), tracking is not None)
+    """``map_batches`` over the planned rows, one at a time: a unit is decoded into blocks of at
+    most ``block_frames`` frames and ``block_mb`` (a row with no unit yields nothing)."""
+    for units in batch["units"]:
         if not units:
             continue
         group = unpack(units).units
@@ -104,13 +104,14 @@ def decode_units(batch: Mapping[str, Any], *, block_frames: int, block_mb: float
 class ItemSource(Datasource):
     """The group's items, ``chunk`` per read task (each plans its items: :func:`plan_items`)."""
 
-    def __init__(self, items: Sequence[ItemPlan], ctx: GroupContext, chunk: int) -> None:
+    def __init__(self, items: Sequence[ItemPlan], ctx: GroupContext, chunk: int, post: PostInfos) -> None:
         super().__init__()
         if not items:
             raise ValueError("ItemSource needs at least one item")
         self.items = list(items)
         self.ctx = ctx
         self.chunk = chunk
+        self.post = post
 
     def estimate_inmemory_data_size(self) -> int | None:
         return None
@@ -123,7 +124,7 @@ class ItemSource(Datasource):
             # each task carries its own items' source ids, not the whole job's
             ctx = dataclasses.replace(self.ctx, source_of={p.index: self.ctx.source_of[p.index] for p in chunk})
             metadata = BlockMetadata(num_rows=None, size_bytes=None, input_files=None, exec_stats=None)
-            tasks.append(ReadTask(functools.partial(plan_items, chunk, ctx), metadata))
+            tasks.append(ReadTask(functools.partial(plan_items, chunk, ctx, self.post), metadata))
         return tasks
 
     def get_name(self) -> str:

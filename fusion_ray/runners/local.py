@@ -136,10 +136,7 @@ class LocalRun(GroupBook):
             # every segment still open (finished ones stay in the parts folder, for a re-run)
             self.writer.abort([*self.open_segments(), *self.writer.open])
             self.report.frames += self.done_frames
-            self.report.track_stages(self.clocks)
-            for name, clock in self.clocks.items():
-                self.report.stages[name].busy_s += clock.busy_s
-                self.report.stages[name].idle_s += clock.idle_s
+            self.report.add_times(self.clocks, steps={READ_STAGE, *self.chain.names})
 
     def _drive(self, progress: ProgressCallback | None) -> None:
         """Fold the events until every frame is encoded and every segment and join has ended."""

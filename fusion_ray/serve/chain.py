@@ -93,6 +93,8 @@ class Downstream:
         record = result.get("batch")
         if record:
             self.metrics.batch(deployment, int(record["requests"]), int(record["faces"]), float(record["compute_s"]))
+        for step, seconds in result.get("steps", {}).items():  # the fused chain's steps
+            self.metrics.step(step, float(seconds))
 
     # ------------------------------------------------------------ the chain
     async def detect(self, t: Timings, frame: np.ndarray, mode: str, index: int,

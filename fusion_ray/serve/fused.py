@@ -83,10 +83,12 @@ class FusedDeployment:
 
     def _process_batch(self, jobs: list[FrameJob]) -> list[dict[str, Any]]:
         start = time.perf_counter()
-        done: list[FrameDone] = self.chain.run(jobs)
+        timings: dict[str, float] = {}
+        done: list[FrameDone] = self.chain.run(jobs, timings)
         results: list[dict[str, Any]] = [{"done": d} for d in done]
         results[0]["batch"] = _batch_record(len(jobs), sum(d.faces_swapped for d in done),
                                             time.perf_counter() - start)
+        results[0]["steps"] = {step: ms / 1000.0 for step, ms in timings.items()}  # each step's busy time
         return results
 
     def source_face(self, frame: np.ndarray) -> identity.SourceFace | None:

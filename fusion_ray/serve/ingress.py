@@ -43,7 +43,7 @@ from fusion_ray.serve.limits import (
     check_content_length,
     clip,
 )
-from fusion_ray.serve.live import ServeStreamBackend
+from fusion_ray.serve.live import ServeStreamBackend, StreamRoute
 from fusion_ray.serve.metrics import LATENCY_BUCKETS_S, MetricsBuffer
 from fusion_ray.serve.ops import ingress_gauges, readiness
 from fusion_ray.serve.placement import (
@@ -126,7 +126,9 @@ class IngressCore:
         self.local = LocalStages(settings)
         self.chain: ServeChain = (FusedChain(self.downstream) if settings.placement == "fused"
                                   else SplitChain(self.downstream, self.local, settings.engine.tracking))
-        self.live = LiveHub(settings.live, ServeStreamBackend(self), metrics=_Flushing(self.metrics))
+        route = StreamRoute(self.chain, settings, self.metrics, self.auth.valid, self.source, self.provenance,
+                            self.downstream.source_status, enhancer is not None)
+        self.live = LiveHub(settings.live, ServeStreamBackend(route), metrics=_Flushing(self.metrics))
         self.replica = uuid.uuid4().hex[:8]
         self._provenance: dict[tuple[bool, frozenset[str]], Provenance] = {}
 

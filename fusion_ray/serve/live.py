@@ -1,5 +1,8 @@
 """Live streams on the Serve ingress: the stream core's backend over the placed chain.
 
+The ingress hands streams a :class:`StreamRoute`: the placed chain and the few things opening a
+stream needs (auth, the source store, provenance), not itself.
+
 Each frame takes the HTTP path's chain through the same runner (:mod:`fusion_ray.serve.placement`,
 ``placement: fused | split``): fused, one call to the fused deployment, whose ``@serve.batch``
 gathers the frames of every stream and request; split, detection on the detector deployment (at
@@ -17,69 +20,88 @@ carries the follower to its replica with the frame and sends it back updated.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from fusion_ray.core import chain
+from fusion_ray.core.provenance import Provenance
 from fusion_ray.live.backend import FramePlan, Processed, SourceStatus, StreamRefused
 from fusion_ray.live.follow import StreamFollower
 from fusion_ray.live.ladder import without_costly
 from fusion_ray.live.protocol import CLOSE_POLICY, CLOSE_UNSUPPORTED, StartMessage
 from fusion_ray.serve.limits import ApiError, clip
+from fusion_ray.serve.metrics import MetricsRecorder
 from fusion_ray.serve.placement import FrameRequest, ServeChain, known
 from fusion_ray.serve.quality import RequestQuality, request_quality
+from fusion_ray.serve.settings import ServeSettings
 from fusion_ray.serve.timing import Timings
 from fusion_ray.types import Frame, SourceIdentity
 
-if TYPE_CHECKING:
-    from fusion_ray.serve.ingress import IngressCore
+
+@dataclass(frozen=True)
+class StreamRoute:
+    """What live streams reach in the service, and nothing more of the ingress: the placed chain
+    (the runner every frame goes through, as HTTP requests do) and what opening a stream needs."""
+
+    chain: ServeChain
+    settings: ServeSettings
+    """The service's settings (its caps, its engine: the masks, the follower's tracking)."""
+    metrics: MetricsRecorder
+    authorize: Callable[[str | None], bool]
+    source: Callable[[Timings, str], Awaitable[SourceIdentity]]
+    """A registered source's identity (an ApiError 404 when unknown)."""
+    provenance: Callable[[Timings, bool, frozenset[str]], Awaitable[Provenance]]
+    """What made the outputs: with or without the enhancer, with these landmarker and mask models."""
+    source_status: Callable[[Timings, set[str]], Awaitable[SourceStatus]]
+    enhancer: bool
+    """Whether the service runs the enhancer."""
 
 
 class ServeStreamBackend:
     """Authorises a stream with the ingress' token and opens it on a registered source."""
 
-    def __init__(self, core: IngressCore) -> None:
-        self.core = core
+    def __init__(self, route: StreamRoute) -> None:
+        self.route = route
 
     def authorize(self, token: str | None) -> bool:
-        return not self.core.auth.enabled or self.core.auth.valid(token)
+        return self.route.authorize(token)
 
     async def open(self, start: StartMessage) -> ServeStreamProcessor:
-        t = Timings(self.core.metrics)
+        t = Timings(self.route.metrics)
         try:
-            identity = await self.core.source(t, start.source_id)
+            identity = await self.route.source(t, start.source_id)
         except ApiError as exc:
             if exc.status == 404:
                 raise StreamRefused(CLOSE_POLICY, "unknown_source",
                                     f"unknown source_id {clip(start.source_id)!r}") from exc
             raise StreamRefused(CLOSE_POLICY, exc.code, exc.detail) from exc
         try:
-            quality = request_quality(start.facefusion, self.core.settings, enhance=start.enhance,
-                                      enhancer=self.core.downstream.enhancer is not None,
-                                      placement=self.core.chain.placement)
+            quality = request_quality(start.facefusion, self.route.settings, enhance=start.enhance,
+                                      enhancer=self.route.enhancer, placement=self.route.chain.placement)
         except ApiError as exc:  # over a cap: policy; options the service cannot run: unsupported
             raise StreamRefused(CLOSE_POLICY if exc.status == 403 else CLOSE_UNSUPPORTED, exc.code, exc.detail) from exc
-        made_by = await self.core.provenance(t, quality.enhance_blend is not None, quality.models)
-        return ServeStreamProcessor(self.core, identity, start, quality, list(made_by.stand_in_models))
+        made_by = await self.route.provenance(t, quality.enhance_blend is not None, quality.models)
+        return ServeStreamProcessor(self.route, identity, start, quality, list(made_by.stand_in_models))
 
     async def source_status(self, source_ids: set[str]) -> SourceStatus:
         """From the state deployment, shared by every ingress replica."""
-        return await self.core.downstream.source_status(Timings(self.core.metrics), source_ids)
+        return await self.route.source_status(Timings(self.route.metrics), source_ids)
 
 
 class ServeStreamProcessor:
     """One stream: its identity, options and follower; each frame goes through the placed chain."""
 
-    def __init__(self, core: IngressCore, identity: SourceIdentity, start: StartMessage, quality: RequestQuality,
+    def __init__(self, route: StreamRoute, identity: SourceIdentity, start: StartMessage, quality: RequestQuality,
                  stand_ins: list[str]) -> None:
-        self.runner: ServeChain = core.chain
-        self.metrics = core.metrics
+        self.runner: ServeChain = route.chain
+        self.metrics = route.metrics
         self.quality = quality
-        self.light = without_costly(quality.options, core.settings.engine.masks.types)
+        self.light = without_costly(quality.options, route.settings.engine.masks.types)
         self.identity = identity
         self.start = start
         self.key = f"stream_{start.source_id}"
         self._stand_ins = stand_ins
-        self.follower = StreamFollower(core.settings.engine.tracking)
+        self.follower = StreamFollower(route.settings.engine.tracking)
 
     @property
     def stand_in_models(self) -> list[str]:

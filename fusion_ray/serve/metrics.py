@@ -33,6 +33,9 @@ HELP = {
     "fusion_ray_batch_size": ("histogram", "Requests per batch call of a batched deployment."),
     "fusion_ray_batch_faces": ("histogram", "Faces (crops) per batch call of a batched deployment."),
     "fusion_ray_batch_compute_seconds": ("histogram", "Model time of one batch call (the stage's busy time)."),
+    "fusion_ray_step_seconds": ("histogram", "Busy time of one step of the chain (detect, track, select, "
+                                "landmark, align, masks, swap, paste, enhance...) over one batch call of the "
+                                "fused deployment."),
     "fusion_ray_requests_total": ("counter", "Requests answered, by endpoint and HTTP status."),
     "fusion_ray_rejected_total": ("counter", "Requests refused before any work, by reason."),
 }
@@ -108,6 +111,10 @@ class MetricsRecorder:
         self.observe("fusion_ray_batch_size", requests, BATCH_BUCKETS, deployment=deployment)
         self.observe("fusion_ray_batch_faces", faces, BATCH_BUCKETS, deployment=deployment)
         self.observe("fusion_ray_batch_compute_seconds", compute_s, deployment=deployment)
+
+    def step(self, step: str, seconds: float) -> None:
+        """One chain step's busy time over one batch (``fusion_ray_step_seconds{step=...}``)."""
+        self.observe("fusion_ray_step_seconds", seconds, step=step)
 
     def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
         key = (name, labels_of(labels))

@@ -35,7 +35,10 @@ def test_a_batch_of_frames_equals_the_engine_frame_by_frame(engine, photos):
     jobs = [FrameJob(FrameRequest(photos["biden"], chain.Selection("all")), "o", obama),
             FrameJob(FrameRequest(photos["obama_and_biden"], chain.Selection("largest")), "b", biden),
             FrameJob(FrameRequest(photos["obama_and_biden"], chain.Selection("all")), "o", obama)]
-    done = frames.run(jobs)
+    timings: dict[str, float] = {}
+    done = frames.run(jobs, timings)
+    assert set(timings) >= {"detect", "select", "align", "swap", "mask", "paste"} and "track" not in timings
+    assert all(timings[s] > 0 for s in ("detect", "select", "align", "swap", "mask", "paste"))
     for job, result, identity in zip(jobs, done, (obama, biden, obama), strict=True):
         cfg = engine.cfg.model_copy(update={"selection": SelectionConfig(mode=job.request.selection.mode)})
         expected = Engine(cfg, engine.models).process_frame(job.request.frame, identity)
@@ -83,8 +86,10 @@ def test_a_follower_follows_the_faces_between_detections(engine, photos):
     follower = StreamFollower(engine.cfg.tracking)
     first = frames.run([FrameJob(FrameRequest(photos["biden"], chain.Selection("all"), seq=0, follower=follower), "o", obama)])[0]
     assert first.follower is follower and follower.predictions(1, True)
+    timings: dict[str, float] = {}
     second = frames.run([FrameJob(FrameRequest(photos["biden"], chain.Selection("all"), seq=1, follow=True,
-                                  follower=follower), "o", obama)])[0]
+                                  follower=follower), "o", obama)], timings)[0]
+    assert timings["track"] > 0 and timings["swap"] > 0 and timings["paste"] > 0  # each step's busy ms
     assert second.error == "" and second.faces_swapped == 1 and follower.crops  # re-detected on a crop
     assert np.abs(second.landmarks - first.landmarks).max() < 3.0
 

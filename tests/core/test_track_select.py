@@ -69,3 +69,17 @@ def test_last_frames_and_representative_faces():
                          shot[1].track_id, np.asarray([False, True]))
     assert last_frames(shot) == {0: 1, 1: 2}
     assert representative_faces(shot) == {0: (1, 0), 1: (2, 0)}   # interpolated faces are never taken
+
+
+@pytest.mark.parametrize("mode", ["largest", "index"])
+def test_a_tracks_first_choice_is_the_per_frame_choice(mode):
+    # One selection function: on a shot's first frame a track choice is what select_faces picks.
+    from fusion_ray.ops.select import select_faces
+
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        rows = [(tid, float(rng.uniform(0, 600)), float(rng.uniform(20, 120))) for tid in range(int(rng.integers(1, 5)))]
+        frame = faces(*rows)
+        per_frame = select_faces(frame.to_faces(), mode, index=1)
+        mask = TrackSelection(mode, index=1).choose(frame)
+        assert frame.bbox_xyxy[mask].tolist() == [f.bbox_xyxy.tolist() for f in per_frame]

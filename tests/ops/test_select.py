@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from fusion_ray.ops.select import cosine_distance, order_faces, select_faces
+from fusion_ray.ops.select import cosine_distance, order_faces, select_faces, select_indices
 from fusion_ray.types import Face
 
 
@@ -48,3 +48,30 @@ def test_order_and_distance():
     assert order_faces([A, B, C]) == [B, C, A]
     assert cosine_distance(np.array([1.0, 0.0]), np.array([2.0, 0.0])) == pytest.approx(0.0)
     assert cosine_distance(np.array([1.0, 0.0]), np.array([-1.0, 0.0])) == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("mode,kwargs,expected", [
+    ("all", {}, [1, 2, 0]),
+    ("largest", {}, [1]),
+    ("index", {"index": 1}, [2]),
+    ("index", {"index": 5}, []),
+    ("reference", {"reference": np.array([1, 0, 0], np.float32), "max_distance": 0.1}, [2, 0]),
+])
+def test_select_indices_are_positions_in_reading_order(mode, kwargs, expected):
+    boxes = np.asarray([f.bbox_xyxy for f in (A, B, C)])
+    got = select_indices(boxes, mode, embeddings=[A.embedding, B.embedding, C.embedding], **kwargs)
+    assert got == expected
+    assert select_faces([A, B, C], mode, **kwargs) == [[A, B, C][i] for i in got]
+
+
+def test_largest_tie_goes_to_the_first_face_in_reading_order():
+    right, left = face(300, 20), face(100, 20)
+    assert select_faces([right, left], "largest") == [left]
+    assert select_indices(np.asarray([right.bbox_xyxy, left.bbox_xyxy]), "largest") == [1]
+
+
+def test_no_face_is_empty_even_for_a_mode_that_could_not_run():
+    # A per-row 'reference' without a reference embedding fails only on a frame with faces.
+    assert select_indices(np.zeros((0, 4), np.float32), "reference") == []
+    with pytest.raises(ValueError, match="reference embedding"):
+        select_indices(np.zeros((1, 4), np.float32), "reference")

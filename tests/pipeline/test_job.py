@@ -21,6 +21,7 @@ from fusion_ray.ops.paste import crop_roi
 from fusion_ray.pipeline.config import JobConfig, PipelineConfig, StageResources
 from fusion_ray.pipeline.job import JobItem, plan_job, run_job
 from fusion_ray.pipeline.manifest import expand_patterns
+from fusion_ray.pipeline.run import GroupRun
 from fusion_ray.video import EncodeOptions, decode_all, make_corrupt_video, make_test_video, probe
 from fusion_ray.video.synthetic import make_edit_list_video, make_truncated_video
 from tests.cli.test_swap_cli import face_animation
@@ -92,6 +93,9 @@ def test_good_items_finish_and_the_bad_one_is_reported(first_run):
     pool = saved["stages"]["fused"]
     assert pool["busy_s"] >= sum(saved["stages"][s]["busy_s"] for s in ("detect", "swap", "paste")) > 0
     assert 0 < pool["idle_ratio"] < 1 and saved["stages"]["detect"]["idle_s"] == 0
+    # each step's busy time, though detect, select and align share one stage (and all one pool)
+    assert set(saved["steps"]) == {"detect", "select", "align", "swap", "mask", "paste"}
+    assert all(step["busy_s"] > 0 for step in saved["steps"].values()), saved["steps"]
     assert saved["stand_in_models"] == ["arcface_w600k_r50", "inswapper_128"]
     driver = saved["driver"]  # what the scale benchmark reads
     assert 0 < driver["first_frame_s"] < saved["wall_s"] and driver["peak_rss_mb"] > 50
@@ -202,10 +206,14 @@ def test_a_failing_group_fails_its_items_and_the_others_still_run(media, job_cfg
     assert not list(tmp_path.glob("*.fusion_ray_parts"))
 
 
-def test_items_planned_in_ray_tasks_give_the_same_outputs(first_run, job_cfg, tmp_path):
+def test_items_planned_in_ray_tasks_give_the_same_outputs(first_run, job_cfg, tmp_path, monkeypatch):
     """plan_on_driver 0: every item is planned in a Ray task (streamed), with the same results:
-    the corrupt video fails alone, the others equal the driver-planned run's, frame for frame."""
+    the corrupt video fails alone, the others equal the driver-planned run's, frame for frame.
+    The plans come back beside the stream: every row the driver folds is a frame."""
     items, first, out, _ = first_run
+    folded: list[dict] = []
+    fold = GroupRun.fold
+    monkeypatch.setattr(GroupRun, "fold", lambda self, batch: (folded.append(dict(batch)), fold(self, batch))[1])
     here = tmp_path / "out"
     streamed = JobConfig(engine=job_cfg.engine, pipeline=job_cfg.pipeline.model_copy(update={"plan_on_driver": 0}))
     moved = [JobItem(i.sources, i.target, here / Path(i.output).name) for i in items]
@@ -223,6 +231,11 @@ def test_items_planned_in_ray_tasks_give_the_same_outputs(first_run, job_cfg, tm
     rows = [json.loads(line) for line in (here / "report.jsonl").read_text().splitlines()]
     assert sorted(r["index"] for r in rows) == [0, 1, 2, 3]
     assert not list(here.glob("*.fusion_ray_parts"))
+    streamed_rows = [(int(n), int(i), bool(f)) for b in folded
+                     for n, i, f in zip(b["item"], b["index"], b["read_failed"], strict=True)]
+    frames = [(n, i) for n, i, failed in streamed_rows if not failed]
+    assert len(frames) == len(set(frames)) == sum(i.frames for i in report.items)  # each row one frame, once
+    assert all("info" not in b for b in folded) and {n for n, _, failed in streamed_rows if failed} <= {1}
 
 
 def test_video_swap_command(media, tmp_path, standin_dir, scrfd_path, capsys):

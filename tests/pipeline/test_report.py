@@ -84,3 +84,15 @@ def test_a_failure_is_one_line_and_logged_below_warning(caplog):
     assert all(r.status == "failed" for r in results)
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
         (logging.INFO, f"{r.target}: {r.error}") for r in results]
+
+
+def test_each_steps_busy_time_is_summed_from_its_column_wherever_it_ran(tmp_path):
+    report = JobReport([ItemResult("a.mp4", "o.mp4", kind="video")])
+    batch = _batch([0, 0], ["", ""])
+    batch.update({"step_ms_track": np.full(2, 100.0), "step_ms_detect": np.full(2, 50.0)})
+    report.fold(batch)
+    report.fold({**_batch([0], [""]), "step_ms_detect": np.full(1, 400.0), "step_ms_swap": np.full(1, 300.0)})
+    assert report.steps == {"track": 0.2, "detect": 0.5, "swap": 0.3}
+    report.write(tmp_path / "r.json")
+    assert json.loads((tmp_path / "r.json").read_text())["steps"] == {
+        "track": {"busy_s": 0.2}, "detect": {"busy_s": 0.5}, "swap": {"busy_s": 0.3}}

@@ -7,6 +7,7 @@ import pytest
 
 from fusion_ray.config import EngineConfig, EnhanceConfig, RuntimeConfig, SwapConfig
 from fusion_ray.core.facebatch import FACE_COLUMNS
+from fusion_ray.core.steps import Chain
 from fusion_ray.engine import Engine
 from fusion_ray.imageio import read_image
 from fusion_ray.pipeline.stages import ChainStage, Stage, StageInputError, chain_stages, stage_names
@@ -44,6 +45,9 @@ def test_chain_matches_the_engine(models_config, images_dir, frames, swapper, en
     assert np.array_equal(out["frame"][1], frames[1])  # no face: unchanged
     for name in stage_names(cfg):
         assert f"busy_ms_{name}" in out and f"idle_ms_{name}" in out
+    steps = Chain.of(cfg).names  # each step's busy time, though several share a stage
+    assert sorted(c for c in out if c.startswith("step_ms_")) == sorted(f"step_ms_{s}" for s in steps)
+    assert all(out[f"step_ms_{s}"].sum() > 0 for s in steps)
     assert "crops" not in out and "enhance_crops" not in out  # intermediates are dropped
     assert not set(FACE_COLUMNS) & set(out)  # the faces retire with the last paste
     assert stage_names(cfg) == (["detect", "swap", "paste", "enhance", "paste_enhanced"] if enhance

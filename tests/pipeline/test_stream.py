@@ -1,5 +1,6 @@
-"""Planning in the read tasks (no Ray): per item an info row, then its units to decode; images
-grouped by bytes; a video's finished segments resumed, not decoded again."""
+"""Planning in the read tasks (no Ray): per item its info, posted to the driver beside the stream,
+then its units to decode; images grouped by bytes; a video's finished segments resumed, not
+decoded again; the decoded stream holds frames only."""
 
 from fractions import Fraction
 
@@ -9,7 +10,7 @@ import pytest
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.pipeline.config import JobConfig, PipelineConfig
-from fusion_ray.pipeline.datasource import INFO_ROW, unpack
+from fusion_ray.pipeline.datasource import FRAME_COLUMNS, unpack
 from fusion_ray.pipeline.parts import SegmentCounts
 from fusion_ray.pipeline.plan import JobItem, plan_job
 from fusion_ray.pipeline.stream import GroupContext, decode_units, plan_items
@@ -36,11 +37,12 @@ def job(tmp_path, models_config):
 
 
 def _rows(plan, ctx):
-    """(item, info, units) per item info and per unit row."""
-    (block,) = list(plan_items(plan.items, ctx))
+    """(item, info, units) per item info posted and per unit row."""
+    posted = []
+    (block,) = list(plan_items(plan.items, ctx, posted.extend))
     rows = block.to_pydict()
-    infos = [(n, unpack(i), None) for n, i in unpack(rows["infos"][0])]  # all on the first row
-    assert not any(rows["infos"][1:])
+    assert set(rows) == {"item", "units"}  # the plans are not in the stream
+    infos = [(n, unpack(i), None) for n, i in posted]
     return infos + [(n, None, unpack(u).units) for n, u in zip(rows["item"], rows["units"], strict=True) if u]
 
 
@@ -77,15 +79,18 @@ def test_finished_segments_are_resumed_and_not_decoded(job):
     assert stale.is_dir()  # other keys stay until the video is joined (a key changed by mistake loses nothing)
 
 
-def test_decode_passes_info_rows_and_decodes_units(job):
+def test_every_decoded_block_holds_frames_only(job):
     plan, ctx = job
-    (block,) = list(plan_items(plan.items, ctx))
+    posted = []
+    (block,) = list(plan_items(plan.items, ctx, posted.extend))
     batch = {k: np.asarray(v, dtype=object) if k != "item" else np.asarray(v)
              for k, v in block.to_pydict().items()}
     out = [b.to_pydict() for b in decode_units(batch, block_frames=4, block_mb=8.0, tracking=None,
                                                storage=ctx.storage)]
-    info_rows = [r for b in out for r, e in zip(b["item"], b["error"], strict=True) if e == INFO_ROW]
-    frames = [i for b in out for i, e in zip(b["index"], b["error"], strict=True) if e != INFO_ROW]
-    assert sorted(info_rows) == [0, 1, 2, 3, 4]
-    assert len(frames) == 30 + 3
-    assert all(len(b["item"]) <= 4 for b in out if INFO_ROW not in b["error"])
+    assert sorted(n for n, _ in posted) == [0, 1, 2, 3, 4]  # every item's plan, beside the stream
+    for b in out:  # no planning row: each row a decoded frame (the missing item has none)
+        assert set(b) == set(FRAME_COLUMNS) and len(b["item"]) <= 4
+        assert all(e == "" and np.asarray(f).ndim == 3 and np.asarray(f).size > 12 for e, f in
+                   zip(b["error"], b["frame"], strict=True))
+    frames = [(n, i) for b in out for n, i in zip(b["item"], b["index"], strict=True)]
+    assert len(frames) == 30 + 3 and sorted(frames) == [(0, i) for i in range(30)] + [(1, 0), (2, 0), (3, 0)]

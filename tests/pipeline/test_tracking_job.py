@@ -44,6 +44,10 @@ def _swap(clip_path, images_dir, models_config, tmp_path, tracking, runner="ray"
     report = run_job(items, JobConfig(engine=engine, pipeline=pipeline), runner=runner)
     if tracking:  # the read's detection and tracking is in the stage table (it was missing)
         assert report.stages["track"].busy_s > report.stages["detect"].busy_s > 0
+        # every step of the chain where it ran (the read task tracks), with its busy time; no mask
+        # step but the configured box mask
+        assert set(report.steps) == {"track", "detect", "select", "align", "swap", "mask", "paste"}
+        assert all(busy > 0 for busy in report.steps.values()), report.steps
         image = report.items[1]
         assert (image.status, image.faces_swapped, image.det_full, image.tracks) == ("done", 1, 0, 0)
         assert (tmp_path / "still.png").is_file()

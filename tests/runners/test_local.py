@@ -44,6 +44,8 @@ def test_items_finish_the_bad_one_is_reported_and_the_report_is_the_jobs(first_r
     assert saved["counts"] == {"done": 2, "failed": 1} and saved["frames"] == 49
     assert {"decode", "detect", "select", "align", "swap", "mask", "paste", "compute", "encode"} <= set(saved["stages"])
     assert saved["stages"]["detect"]["busy_s"] > 0 and saved["stages"]["compute"]["busy_s"] > 0
+    assert set(saved["steps"]) == {"detect", "select", "align", "swap", "mask", "paste"}
+    assert all(step["busy_s"] > 0 for step in saved["steps"].values()), saved["steps"]
     assert 0 < saved["driver"]["first_frame_s"] < saved["wall_s"]
     rows = [json.loads(line) for line in (out / "report.jsonl").read_text().splitlines()]
     assert rows[0]["index"] == 1 and sorted(r["index"] for r in rows) == [0, 1, 2]

@@ -25,6 +25,7 @@ from fusion_ray.imageio import read_image
 from fusion_ray.live.client import register_source, run_stream
 from fusion_ray.live.sources import JpegClip
 from fusion_ray.live.stream import encode_jpeg
+from fusion_ray.serve.metrics import parse_exposition
 from tests.procs import free_port
 
 pytestmark = pytest.mark.ray
@@ -161,6 +162,16 @@ def test_each_placement_deploys_its_own_graph(placement, apps):
     ready = requests.get(f"{apps[placement]}/readyz", timeout=60)
     assert ready.status_code == 200, ready.text
     assert set(ready.json()["deployments"]) == DEPLOYMENTS[placement]
+
+
+def test_the_fused_placement_reports_each_steps_busy_time_in_metrics(apps, sources, images_dir):
+    base = apps["fused"]
+    _http(base, sources["fused"], (images_dir / "obama_and_biden.jpg").read_bytes(), Case("fused", "http", "x"))
+    samples = parse_exposition(requests.get(f"{base}/metrics", timeout=30).text)
+    busy = {lab["step"]: v for lab, v in samples["fusion_ray_step_seconds_sum"]}
+    ran = {"detect", "select", "align", "swap", "mask", "paste"}
+    assert ran <= set(busy) and all(busy[step] > 0 for step in ran), busy
+    assert not {"landmark", "area_mask", "mouth_mask", "occlusion_mask", "region_mask"} & set(busy)  # not configured
 
 
 @pytest.fixture(scope="module")

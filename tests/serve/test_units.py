@@ -276,6 +276,25 @@ def test_metrics_merge_and_exposition():
     assert 'fusion_ray_batch_size_bucket{deployment="swapper",le="+Inf"} 3' in text
 
 
+def test_a_fused_batch_records_each_steps_busy_time():
+    from fusion_ray.serve.chain import Downstream
+
+    rec = MetricsRecorder()
+    downstream = Downstream((None, None, None, None), timeout_s=1.0, retry_headers={}, metrics=rec)
+    for _ in range(2):
+        downstream.record_batch("fused", {"batch": {"requests": 2, "faces": 3, "compute_s": 0.05},
+                                          "steps": {"detect": 0.02, "swap": 0.01, "paste": 0.004}})
+    store = MetricsStore()
+    store.merge(rec.take())
+    text = store.render()
+    samples = parse_exposition(text)
+    busy = {lab["step"]: v for lab, v in samples["fusion_ray_step_seconds_sum"]}
+    assert busy == pytest.approx({"detect": 0.04, "swap": 0.02, "paste": 0.008})
+    assert {lab["step"]: v for lab, v in samples["fusion_ray_step_seconds_count"]} == {"detect": 2, "swap": 2,
+                                                                                       "paste": 2}
+    assert "# TYPE fusion_ray_step_seconds histogram" in text
+
+
 # ----------------------------------------------------------------- settings
 def test_default_settings_are_valid_and_batches_can_fill():
     settings = ServeSettings()

@@ -1,0 +1,76 @@
+"""The Serve live backend over its StreamRoute (no Ray): what opening a stream asks of the service,
+and that a stream's frames go to the route's placed chain."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from fusion_ray.core.frames import FrameDone
+from fusion_ray.core.provenance import Provenance
+from fusion_ray.live.backend import FramePlan, StreamRefused
+from fusion_ray.live.protocol import StartMessage
+from fusion_ray.serve.limits import ApiError
+from fusion_ray.serve.live import ServeStreamBackend, StreamRoute
+from fusion_ray.serve.metrics import MetricsRecorder
+from fusion_ray.serve.settings import ServeSettings
+from fusion_ray.types import SourceIdentity
+
+IDENTITY = SourceIdentity(np.ones(512, np.float32) / np.sqrt(512), None, None, 1)
+
+
+class EchoChain:
+    """A placed chain that returns each frame inverted (what the route's chain is asked, recorded)."""
+
+    placement = "echo"
+
+    def __init__(self) -> None:
+        self.requests: list = []
+
+    async def frame(self, t, request, identity):
+        key, who = await identity
+        self.requests.append((request, key, who))
+        return FrameDone(255 - request.frame, 1, np.zeros((1, 5, 2), np.float32))
+
+    def probes(self):
+        return {}
+
+
+def route(chain: EchoChain, *, enhancer: bool = False, token: str | None = None) -> StreamRoute:
+    async def source(t, source_id: str) -> SourceIdentity:
+        if source_id != "known":
+            raise ApiError(404, "unknown_source", "no such source")
+        return IDENTITY
+
+    async def provenance(t, enhance: bool, models: frozenset[str]) -> Provenance:
+        return Provenance(stand_in_models=("inswapper_128",))
+
+    async def status(t, ids):
+        raise AssertionError("not asked here")
+
+    return StreamRoute(chain, ServeSettings(), MetricsRecorder(), lambda given: token is None or given == token,
+                       source, provenance, status, enhancer)
+
+
+def test_a_stream_is_opened_on_a_known_source_and_its_frames_go_to_the_placed_chain():
+    chain = EchoChain()
+    backend = ServeStreamBackend(route(chain, token="secret"))
+    assert backend.authorize("secret") and not backend.authorize("wrong")
+    stream = asyncio.run(backend.open(StartMessage(source_id="known", select="largest")))
+    assert stream.stand_in_models == ["inswapper_128"]
+    frame = np.zeros((8, 8, 3), np.uint8)
+    done = asyncio.run(stream.process(frame, FramePlan(seq=3, level=0, enhance=False)))
+    assert np.array_equal(done.frame, 255 - frame) and done.faces_detected == 1
+    ((request, key, who),) = chain.requests
+    assert who is IDENTITY and key == "stream_known" and request.selection.mode == "largest" and request.seq == 3
+
+
+@pytest.mark.parametrize("source_id,enhance,code", [("missing", False, "unknown_source"),
+                                                    ("known", True, "enhance_unavailable")])
+def test_a_stream_is_refused_for_an_unknown_source_or_an_enhancer_the_service_lacks(source_id, enhance, code):
+    backend = ServeStreamBackend(route(EchoChain()))
+    with pytest.raises(StreamRefused) as refused:
+        asyncio.run(backend.open(StartMessage(source_id=source_id, enhance=enhance)))
+    assert refused.value.code == code
