@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from fusion_ray.errors import ModelError
+from fusion_ray.errors import ConfigError, ModelError
 from fusion_ray.models.registry_quality import QUALITY_SPECS
 from fusion_ray.models.registry_rows import ASSETS, facefusion_row
 from fusion_ray.models.registry_swappers import ENHANCER_SPECS, SWAPPER_SPECS
@@ -103,3 +103,19 @@ def get_spec(name: str) -> ModelSpec:
     except KeyError:
         known = ", ".join(_BY_NAME)
         raise ModelError(f"unknown model {name!r}; known models: {known}") from None
+
+
+def names_of_kind(kind: ModelKind) -> tuple[str, ...]:
+    """Every registered model of ``kind`` (e.g. the swappers ``--face-swapper-model`` offers), the
+    standard set's first."""
+    return tuple(name for name, spec in _BY_NAME.items() if spec.kind == kind)
+
+
+def chosen_spec(name: str, kind: ModelKind, option: str) -> ModelSpec:
+    """The row of ``name``, a model of ``kind`` chosen by ``option`` (e.g. ``--face-swapper-model``);
+    :class:`ConfigError` naming the valid names when it is not one."""
+    spec = _BY_NAME.get(name)
+    if spec is None or spec.kind != kind:
+        raise ConfigError(f"{option} {name!r}: not a registered {kind}; expected one of "
+                          f"{', '.join(names_of_kind(kind))}")
+    return spec

@@ -7,11 +7,11 @@ import onnxruntime as ort
 import pytest
 
 from fusion_ray.errors import ModelError
+from fusion_ray.models.enhancer import SpecEnhancer
 from fusion_ray.models.registry import get_spec
 from fusion_ray.models.registry_swappers import ENHANCER_SPECS, SWAPPER_SPECS
 from fusion_ray.models.spec_models import (
     EmbeddingConverter,
-    SpecEnhancer,
     SpecSwapper,
     source_crop_blob,
 )
