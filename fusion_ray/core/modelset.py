@@ -316,9 +316,10 @@ def inspect_models(cfg: EngineConfig, components: Iterable[Component] | None = N
     """
     wanted = set(components) if components is not None else required_components(cfg)
     store = store or ModelStore(resolve_models_dir(cfg.models.models_dir), overrides=dict(cfg.models.paths))
-    files: list[tuple[Component, str]] = [("detector", cfg.models.detector), ("embedder", cfg.models.embedder),
-                                          ("enhancer", enhancer_spec(cfg).name)]
-    if cfg.swap.swapper == "inswapper":
+    files: list[tuple[Component, str]] = [("detector", cfg.models.detector), ("embedder", cfg.models.embedder)]
+    if "enhancer" in wanted:
+        files.append(("enhancer", enhancer_spec(cfg).name))
+    if "swapper" in wanted and cfg.swap.swapper == "inswapper":
         swapper = swapper_spec(cfg)
         files += [("swapper", name) for name in (swapper.converter, swapper.name) if name is not None]
     files += list(mask_model_names(cfg).items())
