@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fusion_ray.config import EngineConfig, MaskArea, MaskRegion, MaskType, parse_config
 from fusion_ray.errors import ConfigError
+from fusion_ray.models.registry import chosen_spec
 
 FACEFUSION_OPTIONS = ("face_mask_types", "face_mask_blur", "face_mask_padding", "face_mask_areas",
                       "face_mask_regions", "face_occluder_model", "face_parser_model", "face_landmarker_model",
@@ -67,9 +68,11 @@ def _converted(option: str, value: Any) -> dict[tuple[str, str], Any]:
     if option == "face_swapper_pixel_boost":
         return {("swap", "pixel_boost"): _pixels(value)}
     if option == "face_swapper_model":
-        return {("models", "swapper"): value, ("swap", "swapper"): "inswapper"}
+        name = chosen_spec(str(value), "swapper", "face_swapper_model").name
+        return {("models", "swapper"): name, ("swap", "swapper"): "inswapper"}  # "inswapper": a swap model
     if option == "face_enhancer_model":
-        return {("models", "enhancer"): value, ("enhance", "enabled"): True}
+        name = chosen_spec(str(value), "enhancer", "face_enhancer_model").name
+        return {("models", "enhancer"): name, ("enhance", "enabled"): True}
     return {("enhance", "enabled"): True, ("enhance", "blend"): float(value) / 100}  # face_enhancer_blend
 
 

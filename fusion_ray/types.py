@@ -91,9 +91,10 @@ class SourceIdentity:
     """The identity to swap in, computed once per job or request and shared (it is small).
 
     ``embedding``: the averaged, L2-normalised ArcFace embedding (None without an embedder);
-    ``latent``: the inswapper latent derived from it (None for the classic swapper);
-    ``crop``: the aligned source face crop (classic swapper only); ``num_images``: how many
-    source images went into it.
+    ``latent``: the inswapper latent derived from it (None for other swappers);
+    ``crop``: the aligned source face crop, for swappers given the source as an image (classic at
+    its crop size; blendswap_256 and uniface_256 at their row's source template and size);
+    ``num_images``: how many source images went into it.
     """
 
     embedding: Embedding | None

@@ -79,6 +79,27 @@ def models_config(standin_dir: Path, scrfd_path: Path):  # type: ignore[no-untyp
 
 
 @pytest.fixture(scope="session")
+def rows_models_config(standin_dir: Path, scrfd_path: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """ModelsConfig over STAND-INs (generated, labelled, not real weights) of every swapper,
+    embedding converter and enhancer row of issue 18, the standard stand-ins and the real SCRFD."""
+    from fusion_ray.config import ModelsConfig
+    from fusion_ray.fsutil import atomic_write_bytes
+    from fusion_ray.models.hashes import write_hash_record
+    from fusion_ray.models.registry import all_specs
+    from fusion_ray.models.registry_swappers import ENHANCER_SPECS, SWAPPER_SPECS
+    from fusion_ray.models.standins_quality import make_quality_standin
+
+    directory = tmp_path_factory.mktemp("row_standins")
+    for spec in (*SWAPPER_SPECS, *ENHANCER_SPECS):
+        path = directory / spec.file_name
+        atomic_write_bytes(path, make_quality_standin(spec.name).SerializeToString())
+        write_hash_record(path, "generated")
+    standard = {spec.name: standin_dir / spec.file_name for spec in all_specs()
+                if (standin_dir / spec.file_name).is_file()}
+    return ModelsConfig(models_dir=directory, paths={**standard, "scrfd_2.5g": scrfd_path})
+
+
+@pytest.fixture(scope="session")
 def int8_models_dir(tmp_path_factory: pytest.TempPathFactory, scrfd_path: Path, images_dir: Path) -> Path:
     """A models directory whose calibration folder holds the three shared photos and whose cache
     holds the INT8 detector built from them (about 35 s on 2 cores, once)."""

@@ -66,6 +66,25 @@ def test_request_options_have_facefusions_names_and_go_through_the_one_mapping()
         configured(EngineConfig(), FaceFusionOptions(mouth_mask=True))
 
 
+def test_every_swapper_and_enhancer_row_can_be_chosen_and_others_are_refused(scrfd_path: Path) -> None:
+    from fusion_ray.models.registry import names_of_kind
+
+    for swapper in names_of_kind("swapper"):
+        data = EngineConfig().model_dump()
+        apply_facefusion_options({"face_swapper_model": swapper}, data)
+        assert EngineConfig.model_validate(data).models.swapper == swapper
+    for enhancer in names_of_kind("enhancer"):
+        data = EngineConfig().model_dump()
+        apply_facefusion_options({"face_enhancer_model": enhancer}, data)
+        cfg = EngineConfig.model_validate(data)
+        assert cfg.models.enhancer == enhancer and cfg.enhance.enabled
+    with pytest.raises(ConfigError, match="face_swapper_model 'xseg_1': not a registered swapper; expected one of "
+                                          "inswapper_128, .*hyperswap_1a_256, .*uniface_256"):
+        with_overrides(job_config(scrfd_path), json.dumps({"face_swapper_model": "xseg_1"}))
+    with pytest.raises(ConfigError, match="face_enhancer_model 'gfpgan_2.0'.*gfpgan_1.4, codeformer"):
+        apply_facefusion_options({"face_enhancer_model": "gfpgan_2.0"}, EngineConfig().model_dump())
+
+
 def test_manifest_options_take_facefusion_names(scrfd_path: Path) -> None:
     cfg = job_config(scrfd_path)
     both = with_overrides(cfg, json.dumps({"face_mask_types": ["box", "area"], "face_landmarker_model": "dlib_68",

@@ -1,7 +1,7 @@
 """Batch-size sweep: per-face latency and throughput of each batched model.
 
 Each model is called through its wrapper (``ArcFaceEmbedder.embed_crops``,
-``InswapperSwapper.swap``, ``GfpganEnhancer.enhance``): pre-processing, ``session.run`` and
+``InswapperSwapper.swap``, ``SpecEnhancer.enhance``): pre-processing, ``session.run`` and
 post-processing, i.e. what a pipeline stage pays per batch. Inputs are random crops (and unit
 latents) of the model's crop size, the same for every batch size. For every batch size the
 first ``warmup`` calls are discarded, then ``repeats`` calls are timed; the median call time
@@ -25,7 +25,7 @@ from fusion_ray.bench.memory import PeakMemorySampler
 from fusion_ray.bench.models import BenchModels
 from fusion_ray.config import RuntimeConfig
 from fusion_ray.models.embedder import ArcFaceEmbedder
-from fusion_ray.models.enhancer import GfpganEnhancer
+from fusion_ray.models.enhancer import SpecEnhancer
 from fusion_ray.models.registry import get_spec
 from fusion_ray.models.session import create_session
 from fusion_ray.models.swapper import InswapperSwapper, read_emap
@@ -113,7 +113,7 @@ def _caller(role: str, name: str, path: Path, runtime: RuntimeConfig, threads: i
     if role == "swapper":
         swapper = InswapperSwapper(session, get_spec(name), read_emap(path))
         return swapper.swap, swapper.crop_size, swapper.batch, providers
-    enhancer = GfpganEnhancer(session, get_spec(name))
+    enhancer = SpecEnhancer(session, get_spec(name))
     return (lambda crops, latents: enhancer.enhance(crops, 0.8)), enhancer.crop_size, enhancer.batch, providers
 
 

@@ -20,7 +20,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--face-index", type=int, help="face index in reading order for --select index")
     group.add_argument("--reference", type=Path, help="image of the face to swap, for --select reference")
     group.add_argument("--enhance", nargs="?", type=float, const=0.8, metavar="BLEND",
-                       help="enhance swapped faces with GFPGAN; BLEND is the enhanced share (default 0.8; alias of "
+                       help="enhance swapped faces (--face-enhancer-model, default gfpgan_1.4); BLEND is the enhanced share (default 0.8; alias of "
                        "--face-enhancer-blend in percent)")
     group.add_argument("--poisson", action="store_true", help="classic swapper: Poisson blending")
     group.add_argument("--models-dir", type=Path, help="model directory (default: $FUSION_RAY_MODELS or the user cache)")

@@ -13,16 +13,16 @@ from typing import Any
 
 from fusion_ray.config import MASK_AREAS, MASK_REGIONS
 from fusion_ray.facefusion_options import FACEFUSION_OPTIONS, PIXEL_BOOSTS, apply_facefusion_options
+from fusion_ray.models.registry import names_of_kind
 
 MASK_TYPES = ("box", "occlusion", "area", "region")
 OCCLUDER_MODELS = ("xseg_1", "xseg_2", "xseg_3")
 PARSER_MODELS = ("bisenet_resnet_18", "bisenet_resnet_34")
 LANDMARKER_MODELS = ("none", "2dfan4", "dlib_68")
-SWAPPER_MODELS = ("inswapper_128", "inswapper_128_fp16")
-"""The swap models the chain runs today (the registry's other rows are not wired yet)."""
-ENHANCER_MODELS = ("gfpgan_1.4",)
-"""The enhancers the chain runs today (the registry's other rows, models.spec_models.SpecEnhancer,
-are not wired yet: core/frames.py, being reworked, types the enhancer as GFPGAN's)."""
+SWAPPER_MODELS = names_of_kind("swapper")
+"""Every swap model row of the registry (inswapper_128 first)."""
+ENHANCER_MODELS = names_of_kind("enhancer")
+"""Every enhancer row of the registry (gfpgan_1.4 first)."""
 
 
 def _fraction(text: str) -> float:
@@ -60,7 +60,7 @@ def add_quality_arguments(parser: argparse.ArgumentParser) -> None:
                        help="enhance the swapped faces with this model")
     group.add_argument("--face-enhancer-blend", type=int, choices=range(0, 101), metavar="[0-100]",
                        help="enhanced share in percent (default 80); enables the enhancer")
-    group.add_argument("--face-enhancer-weight", type=_fraction, help="the enhancer's weight input, for models that have one (default 0.5; gfpgan_1.4 has none)")
+    group.add_argument("--face-enhancer-weight", type=_fraction, help="the enhancer's weight input, for models that have one (default 0.5; codeformer has one)")
     group.add_argument("--mouth-mask", action="store_true", default=None,
                        help="keep the target's own mouth over the swap (needs a face landmarker)")
 

@@ -27,7 +27,7 @@ from fusion_ray.core.swapper import SwapBackend
 from fusion_ray.errors import is_fatal
 from fusion_ray.models.detector import ScrfdDetector
 from fusion_ray.models.embedder import ArcFaceEmbedder
-from fusion_ray.models.enhancer import GfpganEnhancer
+from fusion_ray.models.enhancer import SpecEnhancer
 from fusion_ray.ops.select import select_faces
 from fusion_ray.types import Embedding, Face, Frame, SourceIdentity, check_frame
 
@@ -209,7 +209,7 @@ def align_for_enhance(frames: Sequence[Frame], faces: FaceBatch, layout: CropLay
     return align(frames, faces, layout, errors, "paste")
 
 
-def enhance(enhancer: GfpganEnhancer, faces: FaceBatch, blend: float) -> FaceBatch:
+def enhance(enhancer: SpecEnhancer, faces: FaceBatch, blend: float) -> FaceBatch:
     """Enhance every face of the batch in one model call, ``blend`` of it over the original."""
     if not len(faces):
         return faces

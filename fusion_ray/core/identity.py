@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fusion_ray.config import EngineConfig
-from fusion_ray.core.layout import CropLayout, align_crops, embed_layout, swap_layout
+from fusion_ray.core.layout import CropLayout, align_crops, embed_layout, source_crop_layout
 from fusion_ray.core.modelset import ModelSet
 from fusion_ray.errors import FusionRayError, NoFaceError
 from fusion_ray.models.embedder import ArcFaceEmbedder, l2_normalise
@@ -23,7 +23,8 @@ from fusion_ray.types import Crop, Embedding, Face, Frame, SourceIdentity, check
 
 @dataclass(frozen=True)
 class SourceFace:
-    """The chosen face of one source image, cut for the embedder and (classic) for the swap."""
+    """The chosen face of one source image, cut for the embedder and, for a swapper given the source
+    as an image (classic, blendswap, uniface), for the swap (:func:`source_crop_layout`)."""
 
     embed_crop: Crop
     swap_crop: Crop | None
@@ -36,11 +37,11 @@ def largest_face(faces: Sequence[Face]) -> Face | None:
 
 
 def cut_source_face(frame: Frame, face: Face, cfg: EngineConfig) -> SourceFace:
-    """Embedder crop, and the classic swapper's source crop when that swapper is configured."""
+    """Embedder crop, and the source crop when the configured swapper takes the source as an image
+    (the classic swapper's swap crop; a crop-fed row's source template and size)."""
     embed_crop = align_crops(frame, face.landmarks_5[None], embed_layout(cfg))[0][0]
-    swap_crop = None
-    if cfg.swap.swapper == "classic":
-        swap_crop = align_crops(frame, face.landmarks_5[None], swap_layout(cfg))[0][0]
+    layout = source_crop_layout(cfg)
+    swap_crop = align_crops(frame, face.landmarks_5[None], layout)[0][0] if layout is not None else None
     return SourceFace(embed_crop, swap_crop, face.score)
 
 
@@ -70,18 +71,19 @@ def identity_from(faces: Sequence[SourceFace], vectors: np.ndarray | None, cfg: 
                   inswapper: InswapperSwapper | None) -> SourceIdentity:
     """The identity of ``faces`` (their embeddings ``vectors``, None without an embedder).
 
-    The inswapper's latent is derived here when its model is at hand; otherwise (a job driver
-    preparing sources for a pipeline) the swap stage derives it from the embedding.
+    A swapper given the source as an image (classic, blendswap, uniface) gets the crop of the
+    best-scored face. The inswapper's latent is derived here when its model is at hand; otherwise
+    (a job driver preparing sources for a pipeline) the swap stage derives it from the embedding.
     """
     if not faces:
         raise NoFaceError("no source image given")
     embedding = average_embedding(vectors) if vectors is not None else None
     crop = latent = None
-    if cfg.swap.swapper == "classic":
+    if source_crop_layout(cfg) is not None:
         crop = faces[int(np.argmax([f.score for f in faces]))].swap_crop
     else:
         if embedding is None:
-            raise FusionRayError("the inswapper needs the embedder to prepare a source")
+            raise FusionRayError(f"{cfg.models.swapper} needs the embedder to prepare a source")
         latent = inswapper.latent(embedding) if inswapper is not None else None
     return SourceIdentity(embedding=embedding, latent=latent, crop=crop, num_images=len(faces))
 

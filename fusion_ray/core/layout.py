@@ -12,7 +12,7 @@ import numpy as np
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.errors import ConfigError
-from fusion_ray.models.registry import get_spec
+from fusion_ray.models.registry import ModelSpec, chosen_spec, get_spec
 from fusion_ray.ops.align import align_face
 from fusion_ray.ops.blend import poisson_paste
 from fusion_ray.ops.classic import classic_face_mask
@@ -36,11 +36,23 @@ class CropLayout:
     """Paste with Poisson blending instead of the feathered mask (classic swapper option)."""
 
 
-def _model_layout(model: str) -> tuple[str, int]:
-    spec = get_spec(model)
+def _model_layout(model: str | ModelSpec) -> tuple[str, int]:
+    spec = get_spec(model) if isinstance(model, str) else model
     if spec.template is None:
-        raise ValueError(f"{model}: the registry gives no alignment template")
+        raise ValueError(f"{spec.name}: the registry gives no alignment template")
     return spec.template, spec.crop_size
+
+
+def swapper_spec(cfg: EngineConfig) -> ModelSpec:
+    """The row of the configured swap model (``--face-swapper-model``); ConfigError naming the
+    valid names when ``models.swapper`` is not a swapper."""
+    return chosen_spec(cfg.models.swapper, "swapper", "--face-swapper-model")
+
+
+def enhancer_spec(cfg: EngineConfig) -> ModelSpec:
+    """The row of the configured enhancer (``--face-enhancer-model``); ConfigError naming the
+    valid names when ``models.enhancer`` is not an enhancer."""
+    return chosen_spec(cfg.models.enhancer, "enhancer", "--face-enhancer-model")
 
 
 def swap_layout(cfg: EngineConfig) -> CropLayout:
@@ -50,7 +62,7 @@ def swap_layout(cfg: EngineConfig) -> CropLayout:
     if swap.swapper == "classic":
         size = swap.classic_crop_size
         return CropLayout(CLASSIC_TEMPLATE, size, classic_face_mask(size, swap.mask_blur), poisson=swap.poisson)
-    template, size = _model_layout(cfg.models.swapper)
+    template, size = _model_layout(swapper_spec(cfg))
     if swap.pixel_boost is not None:  # the crop at k x the model size, swapped in k^2 tiles
         try:
             size *= boost_factor(swap.pixel_boost, size)
@@ -60,9 +72,22 @@ def swap_layout(cfg: EngineConfig) -> CropLayout:
 
 
 def enhance_layout(cfg: EngineConfig) -> CropLayout:
-    """The enhancer crop (ffhq_512 for GFPGAN) with a feathered box mask."""
-    template, size = _model_layout(cfg.models.enhancer)
+    """The enhancer crop (the row's template and size: ffhq_512 at 512 for GFPGAN) with a feathered
+    box mask."""
+    template, size = _model_layout(enhancer_spec(cfg))
     return CropLayout(template, size, box_mask(size, blur=ENHANCE_MASK_BLUR))
+
+
+def source_crop_layout(cfg: EngineConfig) -> CropLayout | None:
+    """The crop a source identity carries, when the swapper takes the source as an image: the
+    classic swapper's swap crop, or a crop-fed row's source template and size (blendswap_256:
+    arcface_112_v2 at 112; uniface_256: ffhq_512 at 256). None for embedding-fed swappers."""
+    if cfg.swap.swapper == "classic":
+        return swap_layout(cfg)
+    spec = swapper_spec(cfg)
+    if spec.source_form != "crop" or spec.source_template is None:
+        return None
+    return CropLayout(spec.source_template, spec.source_size, np.ones((spec.source_size,) * 2, np.float32))
 
 
 def embed_layout(cfg: EngineConfig) -> CropLayout:

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from fusion_ray.config import EngineConfig, Precision
+from fusion_ray.core.layout import enhancer_spec, source_crop_layout, swapper_spec
 from fusion_ray.errors import FusionRayError
 from fusion_ray.models.detector import ScrfdDetector
 from fusion_ray.models.embedder import ArcFaceEmbedder
-from fusion_ray.models.enhancer import GfpganEnhancer
+from fusion_ray.models.enhancer import SpecEnhancer
 from fusion_ray.models.fp16 import fp16_copy
 from fusion_ray.models.landmarker import (
     Dlib68Landmarker,
@@ -31,6 +32,7 @@ from fusion_ray.models.precision import Int8Request, detector_int8, resolve_prec
 from fusion_ray.models.quantize import Progress
 from fusion_ray.models.registry import get_spec
 from fusion_ray.models.session import create_session, resolve_providers
+from fusion_ray.models.spec_models import EmbeddingConverter, SpecSwapper
 from fusion_ray.models.standins import is_stand_in as is_stand_in_file
 from fusion_ray.models.store import LocatedModel, ModelStore, resolve_models_dir
 from fusion_ray.models.swapper import InswapperSwapper, read_emap
@@ -49,7 +51,8 @@ ModelT = TypeVar("ModelT")
 def required_components(cfg: EngineConfig) -> set[Component]:
     """The components a full frame-to-frame run with ``cfg`` needs."""
     needed: set[Component] = {"detector", "swapper"}
-    if cfg.swap.swapper == "inswapper" or cfg.selection.mode == "reference":
+    embeds_source = cfg.swap.swapper == "inswapper" and source_crop_layout(cfg) is None
+    if embeds_source or cfg.selection.mode == "reference":
         needed.add("embedder")
     if cfg.enhance.enabled:
         needed.add("enhancer")
@@ -95,7 +98,10 @@ class ModelSet:
     detector: ScrfdDetector | None = None
     embedder: ArcFaceEmbedder | None = None
     inswapper: InswapperSwapper | None = None
-    enhancer: GfpganEnhancer | None = None
+    swapper: SpecSwapper | None = None
+    """Any other swap model row (hyperswap, simswap, ghost, hififace, blendswap, uniface), with its
+    embedding converter where the row names one."""
+    enhancer: SpecEnhancer | None = None
     landmarker: Dlib68Landmarker | Fan68Landmarker | None = None
     occluder: XsegOccluder | None = None
     parser: BisenetParser | None = None
@@ -125,16 +131,32 @@ class ModelSet:
             models.embedder = ArcFaceEmbedder(opened.session, get_spec(names.embedder))
             models._record(opened, models.embedder.stand_in)
         if "swapper" in wanted and cfg.swap.swapper == "inswapper":
-            opened = opener.open("swapper", names.swapper)
-            models.inswapper = InswapperSwapper(opened.session, get_spec(opened.located.name),
-                                                read_emap(opened.located.path))
-            models._record(opened, models.inswapper.stand_in)
+            models._load_swapper(cfg, opener)
         if "enhancer" in wanted:
-            opened = opener.open("enhancer", names.enhancer)
-            models.enhancer = GfpganEnhancer(opened.session, get_spec(names.enhancer))
+            opened = opener.open("enhancer", enhancer_spec(cfg).name)
+            models.enhancer = SpecEnhancer(opened.session, get_spec(opened.located.name), cfg.enhance.weight)
             models._record(opened, models.enhancer.stand_in)
         models._load_mask_models(cfg, wanted, opener)
         return models
+
+    def _load_swapper(self, cfg: EngineConfig, opener: _Opener) -> None:
+        """The configured swap model: the inswapper, or a row driven by :class:`SpecSwapper` (its
+        ``crossface_*`` converter loaded first where the row names one)."""
+        spec = swapper_spec(cfg)
+        if spec.source_form == "inswapper_latent":
+            opened = opener.open("swapper", spec.name)
+            self.inswapper = InswapperSwapper(opened.session, get_spec(opened.located.name),
+                                              read_emap(opened.located.path))
+            self._record(opened, self.inswapper.stand_in)
+            return
+        converter = None
+        if spec.converter is not None:
+            opened_converter = opener.open("swapper", spec.converter)
+            converter = EmbeddingConverter(opened_converter.session, get_spec(spec.converter))
+            self._record(opened_converter, converter.stand_in)
+        opened = opener.open("swapper", spec.name)
+        self.swapper = SpecSwapper(opened.session, get_spec(opened.located.name), converter)
+        self._record(opened, self.swapper.stand_in)
 
     def _load_mask_models(self, cfg: EngineConfig, wanted: set[Component], opener: _Opener) -> None:
         """The 68-point landmarker, the occluder and the parser, where ``wanted`` and configured."""
@@ -173,7 +195,16 @@ class ModelSet:
     def need_inswapper(self) -> InswapperSwapper:
         return _needed(self.inswapper, "swapper")
 
-    def need_enhancer(self) -> GfpganEnhancer:
+    def need_swap_model(self) -> InswapperSwapper | SpecSwapper:
+        """The loaded swap model, whichever row it is."""
+        if self.inswapper is not None:
+            return self.inswapper
+        return self.need_spec_swapper()
+
+    def need_spec_swapper(self) -> SpecSwapper:
+        return _needed(self.swapper, "swapper")
+
+    def need_enhancer(self) -> SpecEnhancer:
         return _needed(self.enhancer, "enhancer")
 
     def need_landmarker(self) -> Dlib68Landmarker | Fan68Landmarker:
@@ -285,15 +316,18 @@ def inspect_models(cfg: EngineConfig, components: Iterable[Component] | None = N
     """
     wanted = set(components) if components is not None else required_components(cfg)
     store = store or ModelStore(resolve_models_dir(cfg.models.models_dir), overrides=dict(cfg.models.paths))
-    names: dict[Component, str | None] = {
-        "detector": cfg.models.detector, "embedder": cfg.models.embedder, "enhancer": cfg.models.enhancer,
-        "swapper": cfg.models.swapper if cfg.swap.swapper == "inswapper" else None}
-    names.update(mask_model_names(cfg))
+    files: list[tuple[Component, str]] = [("detector", cfg.models.detector), ("embedder", cfg.models.embedder)]
+    if "enhancer" in wanted:
+        files.append(("enhancer", enhancer_spec(cfg).name))
+    if "swapper" in wanted and cfg.swap.swapper == "inswapper":
+        swapper = swapper_spec(cfg)
+        files += [("swapper", name) for name in (swapper.converter, swapper.name) if name is not None]
+    files += list(mask_model_names(cfg).items())
     info: dict[str, ModelInfo] = {}
     if "landmarker" in wanted and cfg.landmarker.model == "dlib_68":
         info["dlib_68"] = ModelInfo("dlib_68", str(check_dlib_68()), "package", ("dlib",), False)
-    for component, name in names.items():
-        if component in wanted and name is not None:
+    for component, name in files:
+        if component in wanted:
             located, path, precision = model_file(cfg, component, name, store, convert_fp16=False)
             info[located.name] = ModelInfo(located.name, str(path), located.status, (),
                                            is_stand_in_file(located.path), precision)

@@ -35,7 +35,7 @@ import numpy as np
 from fusion_ray.config import EngineConfig
 from fusion_ray.core import chain
 from fusion_ray.core.facebatch import FaceBatch, FrameBatch
-from fusion_ray.core.layout import CropLayout, enhance_layout, swap_layout
+from fusion_ray.core.layout import CropLayout, enhance_layout, source_crop_layout, swap_layout
 from fusion_ray.core.modelset import Component, ModelSet
 from fusion_ray.core.quality_steps import (
     area_mask_step,
@@ -254,8 +254,9 @@ def _enhancing(cfg: EngineConfig) -> bool:
 
 
 def _weighting(cfg: EngineConfig) -> bool:
-    """The swapper weight moves the source towards (or away from) each target face's identity."""
-    return cfg.swap.swapper == "inswapper" and cfg.swap.weight != 0.5
+    """The swapper weight moves the source embedding towards (or away from) each target face's
+    identity (swappers given the source as an image are not balanced)."""
+    return cfg.swap.swapper == "inswapper" and cfg.swap.weight != 0.5 and source_crop_layout(cfg) is None
 
 
 STEPS: tuple[Step, ...] = (

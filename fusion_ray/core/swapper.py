@@ -1,8 +1,9 @@
-"""The swapper protocol and its two backends: ``inswapper`` (a model) and ``classic`` (no model).
+"""The swapper protocol and its backends: ``inswapper``, ``spec`` (every other swap model row:
+hyperswap, simswap, ghost, hififace, blendswap, uniface) and ``classic`` (no model).
 
 A backend swaps a batch of aligned target crops, one :class:`SourceIdentity` per crop. The
-crop geometry is the backend's :class:`CropLayout`; choosing the backend is the only place
-that looks at ``cfg.swap.swapper``.
+crop geometry is the backend's :class:`CropLayout` (the row's template, at its size or at the
+pixel boost size); :func:`swap_backend` is the one place that chooses the backend.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from typing import Protocol
 import numpy as np
 
 from fusion_ray.config import EngineConfig
-from fusion_ray.core.layout import CropLayout, swap_layout
+from fusion_ray.core.layout import CropLayout, swap_layout, swapper_spec
 from fusion_ray.core.modelset import ModelSet
+from fusion_ray.models.spec_models import SpecSwapper
 from fusion_ray.models.swapper import InswapperSwapper
 from fusion_ray.ops.classic import classic_swap_crop
 from fusion_ray.ops.pixel_boost import boost_factor, boosted_call
@@ -77,7 +79,6 @@ class InswapperBackend:
         k = boost_factor(crops.shape[1], self.model.spec.crop_size)
         return self.model.swap(crops, latents) if k == 1 else boosted_call(crops, k, self.model.swap, latents)
 
-
     def balanced_latents(self, identities: Sequence[SourceIdentity], targets: np.ndarray) -> np.ndarray:
         """One latent per face: its source embedding balanced against the face's own."""
         rows = []
@@ -86,6 +87,62 @@ class InswapperBackend:
                 raise ValueError("the swapper weight needs a source identity with an embedding")
             rows.append(self.model.latent(balance_embedding(identity.embedding, target, self.weight)))
         return np.stack(rows)
+
+
+class SpecBackend:
+    """A swap model row run by :class:`SpecSwapper`: its ``source`` input from the identity's
+    embedding (through the row's converter; balanced against each target face with ``weight``) or,
+    for blendswap and uniface, from the identity's source crop (:func:`source_crop_layout`)."""
+
+    name = "spec"
+
+    def __init__(self, model: SpecSwapper, layout: CropLayout, weight: float = DEFAULT_SWAPPER_WEIGHT) -> None:
+        self.model = model
+        self.layout = layout
+        self.weight = weight
+
+    @property
+    def takes_crop(self) -> bool:
+        return self.model.spec.source_form == "crop"
+
+    def check_identity(self, identity: SourceIdentity) -> None:
+        spec = self.model.spec
+        if self.takes_crop:
+            size = spec.source_size
+            if identity.crop is None or identity.crop.shape != (size, size, 3):
+                raise ValueError(f"{spec.name} needs a source identity with a {spec.source_template} crop of "
+                                 f"{size} px (prepared with this swapper configured)")
+        elif identity.embedding is None:
+            raise ValueError(f"{spec.name} needs a source identity with an embedding")
+
+    def sources(self, identities: Sequence[SourceIdentity], targets: np.ndarray | None) -> np.ndarray:
+        """The ``source`` rows of the faces: one per distinct identity, repeated; per face when
+        the weight balances each source against its target."""
+        for identity in identities:
+            self.check_identity(identity)
+        if self.takes_crop:
+            return self.model.source_rows(source_crops=np.stack([i.crop for i in identities]))  # type: ignore[misc]
+        if targets is not None and self.weight != DEFAULT_SWAPPER_WEIGHT:
+            embeddings = np.stack([i.embedding for i in identities])  # type: ignore[misc]
+            return self.model.source_rows(embeddings, target_embeddings=targets, weight=self.weight)
+        row_of: dict[int, int] = {}
+        unique: list[SourceIdentity] = []
+        for identity in identities:
+            if id(identity) not in row_of:
+                row_of[id(identity)] = len(unique)
+                unique.append(identity)
+        rows = self.model.source_rows(np.stack([i.embedding for i in unique]))  # type: ignore[misc]
+        return rows[[row_of[id(identity)] for identity in identities]]
+
+    def swap(self, crops: np.ndarray, identities: Sequence[SourceIdentity],
+             targets: np.ndarray | None = None) -> np.ndarray:
+        """Crops at the row's size, or at k x it (pixel boost: every tile of every face in one
+        batched call, :func:`fusion_ray.ops.pixel_boost.boosted_call`)."""
+        if len(crops) == 0:
+            return crops.copy()
+        sources = self.sources(identities, targets)
+        k = boost_factor(crops.shape[1], self.model.spec.crop_size)
+        return self.model.swap(crops, sources) if k == 1 else boosted_call(crops, k, self.model.swap, sources)
 
 
 class ClassicBackend:
@@ -114,8 +171,11 @@ class ClassicBackend:
 
 
 def swap_backend(cfg: EngineConfig, models: ModelSet) -> SwapBackend:
-    """The configured backend (the inswapper needs ``models.inswapper`` loaded)."""
+    """The configured backend: classic, or the backend of the swap model row ``models`` loaded
+    (``--face-swapper-model``; the inswapper's own, or :class:`SpecBackend` for the others)."""
     layout = swap_layout(cfg)
     if cfg.swap.swapper == "classic":
         return ClassicBackend(layout)
-    return InswapperBackend(models.need_inswapper(), layout, cfg.swap.weight)
+    if swapper_spec(cfg).source_form == "inswapper_latent":
+        return InswapperBackend(models.need_inswapper(), layout, cfg.swap.weight)
+    return SpecBackend(models.need_spec_swapper(), layout, cfg.swap.weight)

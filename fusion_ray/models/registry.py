@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
-from fusion_ray.errors import ModelError
+from fusion_ray.errors import ConfigError, ModelError
 from fusion_ray.models.registry_quality import QUALITY_SPECS
+from fusion_ray.models.registry_rows import ASSETS, facefusion_row
 from fusion_ray.models.registry_swappers import ENHANCER_SPECS, SWAPPER_SPECS
 from fusion_ray.models.spec import TEMPLATE_NAMES as TEMPLATE_NAMES
 from fusion_ray.models.spec import ColorOrder as ColorOrder
@@ -28,118 +30,50 @@ from fusion_ray.models.spec import ModelKind as ModelKind
 from fusion_ray.models.spec import ModelSpec as ModelSpec
 from fusion_ray.models.spec import TemplateName as TemplateName
 
-ASSETS_RELEASE_URL = "https://github.com/facefusion/facefusion-assets/releases/download/models-3.0.0"
+RELEASE = "models-3.0.0"
+ASSETS_RELEASE_URL = f"{ASSETS}/{RELEASE}"
 """Base URL of the release that hosts the model files and their ``.hash`` files."""
 
 INSIGHTFACE_LICENCE = "insightface: non-commercial research purposes only"
 INSIGHTFACE_LICENCE_URL = "https://github.com/deepinsight/insightface#license"
 GFPGAN_LICENCE = "Apache-2.0"
 GFPGAN_LICENCE_URL = "https://github.com/TencentARC/GFPGAN/blob/master/LICENSE"
+INSIGHTFACE = (INSIGHTFACE_LICENCE, INSIGHTFACE_LICENCE_URL)
+INSWAPPER = (INSIGHTFACE_LICENCE + " (inswapper licensing: contact@insightface.ai)", INSIGHTFACE_LICENCE_URL)
+HALF = 127.5
 
 
-def _asset(file_name: str) -> str:
-    return f"{ASSETS_RELEASE_URL}/{file_name}"
+def _standard(name: str, kind: ModelKind, template: TemplateName | None, size: int, mean: float, std: float,
+              licence: tuple[str, str], mb: float, description: str, **facts: Any) -> ModelSpec:
+    return facefusion_row(name, RELEASE, kind, size, mean, std, licence, mb, description, template=template,
+                          default_set=True, **facts)
 
 
 _SPECS: tuple[ModelSpec, ...] = (
-    ModelSpec(
-        name="scrfd_2.5g",
-        file_name="scrfd_2.5g.onnx",
-        url=_asset("scrfd_2.5g.onnx"),
-        hash_url=_asset("scrfd_2.5g.hash"),
-        kind="detector",
-        template=None,
-        crop_size=640,
-        mean=(127.5, 127.5, 127.5),
-        std=(128.0, 128.0, 128.0),
-        color_order="RGB",
-        licence=INSIGHTFACE_LICENCE,
-        licence_url=INSIGHTFACE_LICENCE_URL,
-        approx_size_mb=3.3,
-        description=(
-            "SCRFD 2.5G face detector with 5 landmarks (insightface); 1x3xHxW input, H and W "
-            "multiples of 32, 9 outputs (scores, boxes, landmarks for strides 8/16/32). "
-            "RGB as insightface feeds it (FaceFusion feeds BGR)."
-        ),
-    ),
-    ModelSpec(
-        name="arcface_w600k_r50",
-        file_name="arcface_w600k_r50.onnx",
-        url=_asset("arcface_w600k_r50.onnx"),
-        hash_url=_asset("arcface_w600k_r50.hash"),
-        kind="embedder",
-        template="arcface_112_v2",
-        crop_size=112,
-        mean=(127.5, 127.5, 127.5),
-        std=(127.5, 127.5, 127.5),
-        color_order="RGB",
-        licence=INSIGHTFACE_LICENCE,
-        licence_url=INSIGHTFACE_LICENCE_URL,
-        approx_size_mb=174.0,
-        description=(
-            "ArcFace ResNet-50 trained on WebFace600K (insightface buffalo_l); Nx3x112x112 in, "
-            "Nx512 identity embedding out, L2-normalise it."
-        ),
-    ),
-    ModelSpec(
-        name="inswapper_128",
-        file_name="inswapper_128.onnx",
-        url=_asset("inswapper_128.onnx"),
-        hash_url=_asset("inswapper_128.hash"),
-        kind="swapper",
-        template="arcface_128",
-        crop_size=128,
-        mean=(0.0, 0.0, 0.0),
-        std=(255.0, 255.0, 255.0),
-        color_order="RGB",
-        licence=INSIGHTFACE_LICENCE + " (inswapper licensing: contact@insightface.ai)",
-        licence_url=INSIGHTFACE_LICENCE_URL,
-        approx_size_mb=554.0,
-        source_form="inswapper_latent",
-        description=(
-            "insightface inswapper, fp32; inputs 'target' 1x3x128x128 and 'source' 1x512 "
-            "latent (normed embedding @ emap, the graph's last 512x512 initializer, then "
-            "normalised); output RGB in [0, 1]."
-        ),
-        fp16_form="inswapper_128_fp16",
-    ),
-    ModelSpec(
-        name="inswapper_128_fp16",
-        file_name="inswapper_128_fp16.onnx",
-        url=_asset("inswapper_128_fp16.onnx"),
-        hash_url=_asset("inswapper_128_fp16.hash"),
-        kind="swapper",
-        template="arcface_128",
-        crop_size=128,
-        mean=(0.0, 0.0, 0.0),
-        std=(255.0, 255.0, 255.0),
-        color_order="RGB",
-        licence=INSIGHTFACE_LICENCE + " (inswapper licensing: contact@insightface.ai)",
-        licence_url=INSIGHTFACE_LICENCE_URL,
-        approx_size_mb=277.0,
-        source_form="inswapper_latent",
-        description="inswapper_128 with fp16 weights: half the size, same inputs and outputs.",
-    ),
-    ModelSpec(
-        name="gfpgan_1.4",
-        file_name="gfpgan_1.4.onnx",
-        url=_asset("gfpgan_1.4.onnx"),
-        hash_url=_asset("gfpgan_1.4.hash"),
-        kind="enhancer",
-        template="ffhq_512",
-        crop_size=512,
-        mean=(127.5, 127.5, 127.5),
-        std=(127.5, 127.5, 127.5),
-        color_order="RGB",
-        licence=GFPGAN_LICENCE,
-        licence_url=GFPGAN_LICENCE_URL,
-        approx_size_mb=340.0,
-        output_range=(-1.0, 1.0),
-        description=(
-            "GFPGAN v1.4 face restoration (TencentARC); 'input' 1x3x512x512, 'output' same in "
-            "[-1, 1] (clip, then back to pixels); blend with the original crop."
-        ),
-    ),
+    _standard(
+        "scrfd_2.5g", "detector", None, 640, HALF, 128.0, INSIGHTFACE, 3.3,
+        "SCRFD 2.5G face detector with 5 landmarks (insightface); 1x3xHxW input, H and W "
+        "multiples of 32, 9 outputs (scores, boxes, landmarks for strides 8/16/32). "
+        "RGB as insightface feeds it (FaceFusion feeds BGR)."),
+    _standard(
+        "arcface_w600k_r50", "embedder", "arcface_112_v2", 112, HALF, HALF, INSIGHTFACE, 174.0,
+        "ArcFace ResNet-50 trained on WebFace600K (insightface buffalo_l); Nx3x112x112 in, "
+        "Nx512 identity embedding out, L2-normalise it."),
+    _standard(
+        "inswapper_128", "swapper", "arcface_128", 128, 0.0, 255.0, INSWAPPER, 554.0,
+        "insightface inswapper, fp32; inputs 'target' 1x3x128x128 and 'source' 1x512 "
+        "latent (normed embedding @ emap, the graph's last 512x512 initializer, then "
+        "normalised); output RGB in [0, 1].",
+        source_form="inswapper_latent", fp16_form="inswapper_128_fp16"),
+    _standard(
+        "inswapper_128_fp16", "swapper", "arcface_128", 128, 0.0, 255.0, INSWAPPER, 277.0,
+        "inswapper_128 with fp16 weights: half the size, same inputs and outputs.",
+        source_form="inswapper_latent"),
+    _standard(
+        "gfpgan_1.4", "enhancer", "ffhq_512", 512, HALF, HALF, (GFPGAN_LICENCE, GFPGAN_LICENCE_URL), 340.0,
+        "GFPGAN v1.4 face restoration (TencentARC); 'input' 1x3x512x512, 'output' same in "
+        "[-1, 1] (clip, then back to pixels); blend with the original crop.",
+        output_range=(-1.0, 1.0)),
 )
 
 _OPTIONAL: tuple[ModelSpec, ...] = (*QUALITY_SPECS, *SWAPPER_SPECS, *ENHANCER_SPECS)
@@ -169,3 +103,19 @@ def get_spec(name: str) -> ModelSpec:
     except KeyError:
         known = ", ".join(_BY_NAME)
         raise ModelError(f"unknown model {name!r}; known models: {known}") from None
+
+
+def names_of_kind(kind: ModelKind) -> tuple[str, ...]:
+    """Every registered model of ``kind`` (e.g. the swappers ``--face-swapper-model`` offers), the
+    standard set's first."""
+    return tuple(name for name, spec in _BY_NAME.items() if spec.kind == kind)
+
+
+def chosen_spec(name: str, kind: ModelKind, option: str) -> ModelSpec:
+    """The row of ``name``, a model of ``kind`` chosen by ``option`` (e.g. ``--face-swapper-model``);
+    :class:`ConfigError` naming the valid names when it is not one."""
+    spec = _BY_NAME.get(name)
+    if spec is None or spec.kind != kind:
+        raise ConfigError(f"{option} {name!r}: not a registered {kind}; expected one of "
+                          f"{', '.join(names_of_kind(kind))}")
+    return spec

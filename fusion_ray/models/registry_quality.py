@@ -12,18 +12,8 @@ name, ``optional_specs`` lists them, and ``models download`` without names leave
 
 from __future__ import annotations
 
-from fusion_ray.models.spec import (
-    ColorOrder,
-    Layout,
-    ModelKind,
-    ModelSpec,
-    SourceForm,
-    TemplateName,
-)
-
-Triple = tuple[float, float, float]
-
-ASSETS = "https://github.com/facefusion/facefusion-assets/releases/download"
+from fusion_ray.models.registry_rows import facefusion_row
+from fusion_ray.models.spec import ModelSpec
 
 DLIB_68_LICENCE = ("dlib_68: the iBUG 300-W training data's licence excludes commercial use; "
                    "non-commercial research purposes only")
@@ -37,24 +27,6 @@ BISENET_LICENCE_URL = "https://github.com/zllrunning/face-parsing.PyTorch/blob/m
 
 IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
-
-
-def facefusion_row(name: str, release: str, kind: ModelKind, size: int, mean: float | Triple, std: float | Triple,
-                   licence: tuple[str, str], mb: float, description: str, *, color_order: ColorOrder = "RGB",
-                   layout: Layout = "NCHW", template: TemplateName | None = None,
-                   source_form: SourceForm | None = None, converter: str | None = None,
-                   normalise_embeddings: bool = True, source_template: TemplateName | None = None, source_size: int = 0,
-                   output_range: tuple[float, float] = (0.0, 1.0), weight_input: bool = False) -> ModelSpec:
-    """A row for ``<name>.onnx`` from facefusion-assets release ``release`` (e.g. ``models-3.1.0``)."""
-    return ModelSpec(name=name, file_name=f"{name}.onnx", url=f"{ASSETS}/{release}/{name}.onnx",
-                     hash_url=f"{ASSETS}/{release}/{name}.hash", kind=kind, template=template, crop_size=size,
-                     mean=mean if isinstance(mean, tuple) else (mean,) * 3,
-                     std=std if isinstance(std, tuple) else (std,) * 3, color_order=color_order,
-                     licence=licence[0], licence_url=licence[1], approx_size_mb=mb, description=description,
-                     layout=layout, source_form=source_form, converter=converter,
-                     normalise_embeddings=normalise_embeddings, source_template=source_template,
-                     source_size=source_size, output_range=output_range, weight_input=weight_input,
-                     default_set=False)
 
 
 def _xseg(name: str, release: str) -> ModelSpec:

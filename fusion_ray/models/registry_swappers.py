@@ -13,7 +13,8 @@ the optional ``weight`` input (float64, shape (1,); FaceFusion's default 0.5).
 
 from __future__ import annotations
 
-from fusion_ray.models.registry_quality import IMAGENET_MEAN, IMAGENET_STD, facefusion_row
+from fusion_ray.models.registry_quality import IMAGENET_MEAN, IMAGENET_STD
+from fusion_ray.models.registry_rows import facefusion_row
 from fusion_ray.models.spec import ModelSpec, SourceForm, TemplateName
 
 FACEFUSION_ASSETS_URL = "https://github.com/facefusion/facefusion-assets"

@@ -1,4 +1,4 @@
-"""Wrappers driven by registry rows: issue 18's swappers, embedding converters and enhancers.
+"""Wrappers driven by registry rows: issue 18's swappers and their embedding converters.
 
 Everything model-specific comes from the :class:`ModelSpec` (template, size, mean/std, source
 form, converter, output range, weight input), with FaceFusion 3.8.1's processing (read for
@@ -10,13 +10,12 @@ facts, ``face_swapper/core.py`` and ``face_enhancer/core.py``):
   row's converter, normalised unless the row says not (ghost); or, for blendswap and uniface, the
   source face as an RGB / 255 crop of the row's source template and size. Embeddings are balanced
   against the target's with ``--face-swapper-weight`` (:mod:`fusion_ray.ops.source_weight`).
-- enhancer: ``input`` as RGB ``(x / 255 - 0.5) / 0.5``, plus ``weight`` (float64, shape (1,))
-  when the model has that input (codeformer); output in [-1, 1], blended over the original.
 
 fusion_ray's embeddings are already L2-normalised where FaceFusion feeds its converters the raw
 ArcFace embedding (norm about 20): the converted vector's direction is the same, its length is
 not, which matters only for ghost (whose converted embedding is not normalised).
-inswapper keeps its own wrapper (:class:`fusion_ray.models.swapper.InswapperSwapper`).
+inswapper keeps its own wrapper (:class:`fusion_ray.models.swapper.InswapperSwapper`); every enhancer
+row runs through :class:`fusion_ray.models.enhancer.SpecEnhancer`.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ from fusion_ray.models.common import (
     run_in_batches,
 )
 from fusion_ray.models.embedder import l2_normalise
-from fusion_ray.models.enhancer import blend_crops
 from fusion_ray.models.onnx_info import is_stand_in_metadata
 from fusion_ray.models.registry import ModelSpec
 from fusion_ray.models.session import NotPicklable, read_metadata
@@ -121,27 +119,3 @@ class SpecSwapper(CropModel):
             return np.asarray(self.session.run([self.output_name], feeds)[0])
 
         return blob_to_crops(run_in_batches(len(blob), self.batch, run), self.spec, self.spec.output_range)
-
-
-class SpecEnhancer(CropModel):
-    """An enhancer of issue 18 (codeformer, gpen_bfr_*, restoreformer_plus_plus, gfpgan_*) from its row."""
-
-    def __init__(self, session: ort.InferenceSession, spec: ModelSpec) -> None:
-        if spec.kind != "enhancer":
-            raise ModelError(f"{spec.name}: expected an enhancer, got a {spec.kind}")
-        super().__init__(session, spec, image_input="input")
-        self.has_weight = any(i.name == "weight" for i in session.get_inputs())
-
-    def enhance(self, crops: np.ndarray, blend: float, weight: float = 0.5) -> np.ndarray:
-        """(N, S, S, 3) BGR crops -> enhanced, ``blend`` of the enhanced over the original;
-        ``weight`` goes to the model's ``weight`` input when it has one (``--face-enhancer-weight``)."""
-        if len(crops) == 0:
-            return crops.copy()
-        blob = crops_to_blob(crops, self.spec)
-        extra = {"weight": np.array([weight], np.float64)} if self.has_weight else {}
-
-        def run(part: slice) -> np.ndarray:
-            return np.asarray(self.session.run([self.output_name], {self.image_input.name: blob[part], **extra})[0])
-
-        enhanced = blob_to_crops(run_in_batches(len(blob), self.batch, run), self.spec, self.spec.output_range)
-        return blend_crops(crops, enhanced, blend)

@@ -213,7 +213,8 @@ class ChainStage(Stage):
         components = [c for s in self.group.steps for c in s.components(cfg)]
         if detects and tracked and not images:
             components = [c for c in components if c not in ("detector", "embedder")]
-        if "embedder" in components and reference is None:
+        # detection by reference needs the reference; the swapper weight's embedder (target_embed) does not
+        if detects and cfg.selection.mode == "reference" and "embedder" in components and reference is None:
             raise ValueError("reference selection needs the reference embedding")
         self.models = ModelSet.load(cfg, list(dict.fromkeys(components)), cpu_budget=cpu_budget)
         self.tools = Tools(cfg, self.models)

@@ -223,7 +223,7 @@ class SwapperDeployment:
     def check_health(self) -> None:
         if self.cfg.swap.swapper == "inswapper":
             self.models.need_embedder()
-            self.models.need_inswapper()
+            self.models.need_swap_model()
 
 
 @serve.deployment(name="Enhancer")

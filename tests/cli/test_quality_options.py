@@ -69,3 +69,15 @@ def test_pixel_boost_option() -> None:
 def test_classic_and_a_swap_model_conflict() -> None:
     with pytest.raises(ConfigError, match="choose one"):
         _cfg([*SWAP, "--swapper", "classic", "--face-swapper-model", "inswapper_128"])
+
+
+def test_every_swapper_and_enhancer_row_is_offered() -> None:
+    from fusion_ray.models.registry import names_of_kind
+
+    for swapper in names_of_kind("swapper"):
+        assert _cfg([*SWAP, "--face-swapper-model", swapper]).models.swapper == swapper
+    for enhancer in names_of_kind("enhancer"):
+        assert _cfg([*SWAP, "--face-enhancer-model", enhancer]).models.enhancer == enhancer
+    assert len(names_of_kind("swapper")) == 13 and len(names_of_kind("enhancer")) == 9
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*SWAP, "--face-swapper-model", "crossface_ghost"])  # a converter, not a swapper

@@ -300,3 +300,32 @@ def test_an_animated_image_to_a_one_frame_format_is_refused_before_any_work(tmp_
     assert err.strip().splitlines()[-1] == (f"error: {target} is an animated GIF of 3 frames, and '.jpg' holds one "
                                             "frame: write it as .gif, .webp or .png (APNG)")
     assert not (tmp_path / "out.jpg").exists()
+
+
+def test_a_hyperswap_row_and_an_enhancer_row_end_to_end(tmp_path, images_dir, rows_models_config, capsys):
+    """`fusion-ray swap --face-swapper-model hyperswap_1c_256 --face-enhancer-model gpen_bfr_512` on a
+    shared photo, with STAND-INs of both rows: it runs, and the output says it is not a real swap."""
+    out = tmp_path / "out.png"
+    paths = rows_models_config.paths
+    code, err = swap(["-s", str(images_dir / "obama.jpg"), "-t", str(images_dir / "obama_and_biden.jpg"),
+                      "-o", str(out), "--models-dir", str(rows_models_config.models_dir),
+                      "--model", f"scrfd_2.5g={paths['scrfd_2.5g']}",
+                      "--model", f"arcface_w600k_r50={paths['arcface_w600k_r50']}", "--providers", "cpu",
+                      "--precision", "detector=fp32", "--face-swapper-model", "hyperswap_1c_256",
+                      "--face-enhancer-model", "gpen_bfr_512", "--face-enhancer-blend", "60"], capsys)
+    assert code == 0, err
+    assert "3 of 3 face(s) swapped" in err and "enhance" in err and "STAND-IN" in err
+    target = read_image(images_dir / "obama_and_biden.jpg").frame
+    assert not np.array_equal(read_image(out).frame, target)
+    meta = read_png_text(out.read_bytes())
+    assert meta["fusion_ray.stand_in_models"] == "arcface_w600k_r50,gpen_bfr_512,hyperswap_1c_256"
+    assert "not a real face swap" in meta["Comment"]
+
+
+def test_a_missing_row_file_is_one_line_with_the_download_command(tmp_path, images_dir, model_args, capsys):
+    out = tmp_path / "out.png"
+    code, err = swap(["-s", str(images_dir / "obama.jpg"), "-t", str(images_dir / "biden.jpg"), "-o", str(out),
+                      *model_args, "--face-swapper-model", "simswap_256"], capsys)
+    lines = [line for line in err.strip().splitlines() if not line.startswith("WARNING")]
+    assert code != 0 and len(lines) == 1 and not out.exists(), err
+    assert "crossface_simswap.onnx" in lines[0] and "`fusion-ray models download crossface_simswap`" in lines[0]

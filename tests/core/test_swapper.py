@@ -1,7 +1,11 @@
-"""Pixel boost wired into the inswapper backend (issue 18): the crop at k x 128, every tile of every
-face in one batched model call. On the inswapper STAND-IN (labelled: not a real swap)."""
+"""The swap backends (issue 18): pixel boost on the inswapper (the crop at k x 128, every tile of every
+face in one batched model call), and every other swapper row through SpecBackend. On STAND-INs
+(labelled: not real swaps)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -9,11 +13,14 @@ import pytest
 from fusion_ray.config import EngineConfig, ModelsConfig, RuntimeConfig, SwapConfig
 from fusion_ray.core.layout import swap_layout
 from fusion_ray.core.modelset import ModelSet
-from fusion_ray.core.swapper import InswapperBackend, swap_backend
+from fusion_ray.core.swapper import InswapperBackend, SpecBackend, swap_backend
 from fusion_ray.engine import Engine
 from fusion_ray.errors import ConfigError
 from fusion_ray.imageio import read_image
+from fusion_ray.models.registry import get_spec
 from fusion_ray.ops.pixel_boost import merge_tiles, split_tiles
+from fusion_ray.ops.source_weight import balance_embedding
+from tests.models.session_helpers import recording
 
 CPU = RuntimeConfig(providers=["cpu"])
 
@@ -89,3 +96,106 @@ def test_the_swapper_weight_balances_each_face_against_its_own(models_config, im
     plain = Engine.load(_cfg(models_config, None), cpu_budget=1)
     assert not np.array_equal(engine.process_frame(frame, identity).frame,
                               plain.process_frame(frame, plain.prepare_source([source])).frame)
+
+
+# ---------------------------------------------------------------- every other swapper row (SpecBackend)
+# On STAND-INs of the rows (labelled, not real swaps). The crop each row is cut at, from FaceFusion
+# 3.8.1's model set (apart from the registry, so that a wrong row fails).
+ROW_CROPS = {
+    "hyperswap_1a_256": ("arcface_128", 256), "hyperswap_1b_256": ("arcface_128", 256),
+    "hyperswap_1c_256": ("arcface_128", 256), "simswap_256": ("arcface_112_v1", 256),
+    "simswap_unofficial_512": ("arcface_112_v1", 512), "ghost_1_256": ("arcface_112_v1", 256),
+    "ghost_2_256": ("arcface_112_v1", 256), "ghost_3_256": ("arcface_112_v1", 256),
+    "hififace_unofficial_256": ("mtcnn_512", 256), "blendswap_256": ("ffhq_512", 256),
+    "uniface_256": ("ffhq_512", 256),
+}
+
+
+def _row_cfg(models_config: ModelsConfig, name: str, *, boost: int | None = None,
+             weight: float = 0.5) -> EngineConfig:
+    return EngineConfig(models=models_config.model_copy(update={"swapper": name}), runtime=CPU,
+                        swap=SwapConfig(pixel_boost=boost, weight=weight))
+
+
+def _row_engine(models_config: ModelsConfig, name: str, **kwargs: Any) -> Engine:
+    cfg = _row_cfg(models_config, name, **kwargs)
+    return Engine(cfg, ModelSet.load(cfg, cpu_budget=1))
+
+
+@pytest.mark.parametrize("name", sorted(ROW_CROPS))
+def test_each_row_swaps_a_frame_at_its_own_crop(rows_models_config, images_dir, name) -> None:  # type: ignore[no-untyped-def]
+    engine = _row_engine(rows_models_config, name)
+    backend = engine.backend
+    assert isinstance(backend, SpecBackend) and backend.model.spec.name == name
+    assert (backend.layout.template, backend.layout.size) == ROW_CROPS[name]
+    session = recording(backend.model)
+    frame = read_image(images_dir / "obama_and_biden.jpg").frame
+    result = engine.process_frame(frame, engine.prepare_source([read_image(images_dir / "biden.jpg").frame]))
+    assert result.faces_swapped == 3 and not np.array_equal(result.frame, frame)
+    size = ROW_CROPS[name][1]
+    assert session.fed("target").shape == (3, 3, size, size)  # the three faces in one call
+    assert name in engine.stand_in_models
+
+
+@pytest.mark.parametrize("name", ["simswap_256", "ghost_1_256", "hififace_unofficial_256"])
+def test_the_converter_modelset_loads_turns_the_embedding_into_the_source(rows_models_config, images_dir,  # type: ignore[no-untyped-def]
+                                                                          name) -> None:
+    engine = _row_engine(rows_models_config, name)
+    backend = engine.backend
+    assert isinstance(backend, SpecBackend) and backend.model.converter is not None
+    converter = backend.model.converter
+    assert converter.spec.name == get_spec(name).converter and converter.spec.name in engine.model_info
+    converter_session, swapper_session = recording(converter), recording(backend.model)
+    prepared = engine.prepare_source([read_image(images_dir / "biden.jpg").frame])
+    assert prepared.embedding is not None
+    identity = replace(prepared, embedding=prepared.embedding * 2.0)  # off the unit sphere: normalising shows
+    crops = np.random.default_rng(7).integers(0, 256, (2, 256, 256, 3), dtype=np.uint8)
+    backend.swap(crops, [identity, identity])
+    np.testing.assert_allclose(converter_session.fed("input"), identity.embedding[None], rtol=1e-6)  # once
+    converted = converter_session.returned()[0]
+    fed = swapper_session.fed("source")
+    expected = converted if name.startswith("ghost") else converted / np.linalg.norm(converted)  # ghost: raw
+    np.testing.assert_allclose(fed, np.stack([expected, expected]), rtol=1e-5)
+    assert np.linalg.norm(fed[0]) == pytest.approx(2.0 if name.startswith("ghost") else 1.0, rel=1e-4)
+
+
+def test_the_weight_balances_each_face_for_a_row(rows_models_config, images_dir) -> None:  # type: ignore[no-untyped-def]
+    from fusion_ray.core.steps import Chain
+
+    cfg = _row_cfg(rows_models_config, "hyperswap_1b_256", weight=0.0)
+    assert "target_embed" in Chain.of(cfg).names
+    assert "target_embed" not in Chain.of(_row_cfg(rows_models_config, "blendswap_256", weight=0.0)).names
+    engine = _row_engine(rows_models_config, "hyperswap_1b_256", weight=0.0)
+    backend = engine.backend
+    assert isinstance(backend, SpecBackend)
+    session = recording(backend.model)
+    identity = engine.prepare_source([read_image(images_dir / "biden.jpg").frame])
+    targets = np.random.default_rng(8).normal(size=(2, 512)).astype(np.float32)
+    backend.swap(np.zeros((2, 256, 256, 3), np.uint8), [identity, identity], targets)
+    assert identity.embedding is not None
+    np.testing.assert_allclose(session.fed("source"), balance_embedding(np.stack([identity.embedding] * 2), targets,
+                                                                        0.0), rtol=1e-5)
+
+
+def test_pixel_boost_2x_on_a_row_sends_every_tile_in_one_call(rows_models_config, images_dir) -> None:  # type: ignore[no-untyped-def]
+    engine = _row_engine(rows_models_config, "hyperswap_1a_256", boost=512)
+    backend = engine.backend
+    assert isinstance(backend, SpecBackend) and (backend.layout.template, backend.layout.size) == ("arcface_128", 512)
+    session = recording(backend.model)
+    identity = engine.prepare_source([read_image(images_dir / "biden.jpg").frame])
+    crops = np.random.default_rng(9).integers(0, 256, (2, 512, 512, 3), dtype=np.uint8)
+    out = backend.swap(crops, [identity, identity])
+    assert len(session.calls) == 1 and session.fed("target").shape == (8, 3, 256, 256)  # 2 faces x 2^2 tiles
+    source = backend.model.source_rows(np.stack([identity.embedding]))  # type: ignore[list-item]
+    expected = merge_tiles(backend.model.swap(split_tiles(crops, 2), np.repeat(source, 8, axis=0)), 2)
+    assert np.array_equal(out, expected)
+    with pytest.raises(ConfigError, match="multiple of the model size 256"):
+        swap_layout(_row_cfg(rows_models_config, "hyperswap_1a_256", boost=384))
+
+
+def test_an_unknown_swapper_is_a_config_error_naming_the_valid_ones(rows_models_config) -> None:  # type: ignore[no-untyped-def]
+    cfg = _row_cfg(rows_models_config, "hyperswap_9z_256")
+    with pytest.raises(ConfigError, match="--face-swapper-model 'hyperswap_9z_256'.*hyperswap_1a_256.*uniface_256"):
+        swap_layout(cfg)
+    with pytest.raises(ConfigError, match="crossface_ghost.*not a registered swapper"):
+        ModelSet.load(_row_cfg(rows_models_config, "crossface_ghost"), ["swapper"])

@@ -54,6 +54,20 @@ def test_chain_matches_the_engine(models_config, images_dir, frames, swapper, en
                                 else ["detect", "swap", "paste"])
 
 
+@pytest.mark.parametrize("swapper", ["inswapper_128", "hyperswap_1a_256"])
+def test_the_swapper_weight_runs_in_the_stages(rows_models_config, images_dir, frames, swapper):
+    """--face-swapper-weight adds the target_embed step (the embedder): a stage holding it is not a
+    reference selection missing its embedding. On STAND-INs (labelled, not real swaps)."""
+    cfg = EngineConfig(models=rows_models_config.model_copy(update={"swapper": swapper}), runtime=CPU,
+                       swap=SwapConfig(weight=0.2))
+    engine = Engine.load(cfg, cpu_budget=1)
+    identity = engine.prepare_source([read_image(images_dir / "biden.jpg").frame])
+    out = run_chain(cfg, frames, identity)
+    assert list(out["error"]) == ["", "", ""]
+    for i, frame in enumerate(frames):
+        assert np.array_equal(out["frame"][i], engine.process_frame(frame, identity).frame), f"row {i}"
+
+
 def test_bad_frame_is_passed_through_and_marked(models_config, images_dir, frames):
     cfg = EngineConfig(models=models_config, runtime=CPU)
     engine = Engine.load(cfg, cpu_budget=1)

@@ -1,5 +1,7 @@
 """The split placement's deployments with per-request options, their classes called in-process
-(no Ray): a swap batch mixing requests with different options swaps each as its options' chain does."""
+(no Ray): a swap batch mixing requests with different options swaps each as its options' chain does;
+a source identity for a swapper given the source as an image is cut by the detector replica and
+carried through the embed batch (STAND-INs, labelled, not real swaps, with the real SCRFD detector)."""
 
 from __future__ import annotations
 
@@ -7,9 +9,11 @@ import numpy as np
 
 from fusion_ray.config import EngineConfig, RuntimeConfig, SwapConfig
 from fusion_ray.core.layout import swap_layout
-from fusion_ray.core.swapper import ClassicBackend
+from fusion_ray.core.modelset import ModelSet
+from fusion_ray.core.swapper import ClassicBackend, swap_backend
 from fusion_ray.facefusion_options import NO_OPTIONS, FaceFusionOptions, configured
-from fusion_ray.serve.deployments import SwapperDeployment
+from fusion_ray.imageio import read_image
+from fusion_ray.serve.deployments import SwapperDeployment, embed_batch, source_face
 from fusion_ray.serve.settings import ServeSettings
 from fusion_ray.types import SourceIdentity
 
@@ -74,3 +78,18 @@ def test_a_pixel_boost_cuts_and_pastes_the_crops_at_its_size_in_the_split_placem
     assert detector.detect(frame, "all", 0, None, boost).faces.crop.shape[1:3] == (256, 256)
     local = LocalStages(settings)
     assert (local.layout(NO_OPTIONS).size, local.layout(boost).size) == (128, 256)
+
+
+def test_a_crop_fed_rows_identity_is_cut_by_the_detector_and_kept_by_the_embed_batch(  # type: ignore[no-untyped-def]
+        rows_models_config, images_dir) -> None:
+    cfg = EngineConfig(models=rows_models_config.model_copy(update={"swapper": "uniface_256"}),
+                       runtime=RuntimeConfig(providers=["cpu"]))
+    detector = ModelSet.load(cfg, ["detector"])
+    face = source_face(detector, cfg, read_image(images_dir / "biden.jpg").frame)
+    assert face is not None and face.swap_crop is not None and face.swap_crop.shape == (256, 256, 3)
+    swapper = ModelSet.load(cfg, ["swapper", "embedder"])  # as SwapperDeployment loads it
+    result = embed_batch(swapper, cfg, [[face]])[0]
+    identity = result["identity"]
+    assert identity.crop is not None and np.array_equal(identity.crop, face.swap_crop)
+    swap_backend(cfg, swapper).check_identity(identity)
+    assert swapper.need_swap_model() is swapper.swapper
