@@ -173,6 +173,20 @@ def _partial_head(port: int, source: str, head: bytes, timeout_s: float = 30) ->
     return sock
 
 
+STALLED_UPLOAD = (b"POST /v1/swap HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+                  b"Content-Length: 100000\r\n\r\n--b\r\n")
+"""An upload's head and the start of its body, then nothing more."""
+
+
+def _serve_guarded(tmp_path: Path, models_config, port: int) -> subprocess.Popen:
+    """``fusion-ray serve`` on ``port`` behind its header guard (a 2 s header deadline)."""
+    models = [a for name, path in models_config.paths.items() for a in ("--model", f"{name}={path}")]
+    env = {**os.environ, "FUSION_RAY_API_TOKEN": "", "RAY_USAGE_STATS_ENABLED": "0"}
+    return subprocess.Popen([str(FUSION_RAY), "serve", "--port", str(port), "--header-timeout-s", "2",
+                             "--models-dir", str(models_config.models_dir), *models],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
 def test_the_guard_gives_headers_a_deadline_and_passes_each_client_on(tmp_path, models_config):
     """``fusion-ray serve`` listens through its header guard: a connection whose headers stall is
     answered 408 and closed after --header-timeout-s; requests and a WebSocket pass through; the
@@ -181,11 +195,7 @@ def test_the_guard_gives_headers_a_deadline_and_passes_each_client_on(tmp_path, 
     from websockets.asyncio.client import connect
 
     port = free_port()
-    models = [a for name, path in models_config.paths.items() for a in ("--model", f"{name}={path}")]
-    env = {**os.environ, "FUSION_RAY_API_TOKEN": "", "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = subprocess.Popen([str(FUSION_RAY), "serve", "--port", str(port), "--header-timeout-s", "2",
-                             "--models-dir", str(models_config.models_dir), *models],
-                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = _serve_guarded(tmp_path, models_config, port)
     held: list[socket.socket] = []
     ray_processes: list = []
     try:
@@ -198,14 +208,12 @@ def test_the_guard_gives_headers_a_deadline_and_passes_each_client_on(tmp_path, 
         assert answer.startswith(b"HTTP/1.1 408") and 1.5 < time.monotonic() - start < 20, answer
         assert stalled.recv(200) == b""  # and closed
 
-        upload = (b"POST /v1/swap HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\n"
-                  b"Content-Length: 100000\r\n\r\n--b\r\n")
-        held = [_partial_head(port, "127.0.0.2", upload) for _ in range(8)]  # the per-client limit
+        held = [_partial_head(port, "127.0.0.2", STALLED_UPLOAD) for _ in range(8)]  # the per-client limit
         deadline = time.monotonic() + 60
         while _uploads(url) < 8 and time.monotonic() < deadline:
             time.sleep(0.5)
         assert _uploads(url) == 8
-        held.append(_partial_head(port, "127.0.0.2", upload))  # a 9th from the same address
+        held.append(_partial_head(port, "127.0.0.2", STALLED_UPLOAD))  # a 9th from the same address
         reply = http.client.HTTPResponse(held[-1])  # answered at once, before its body is read
         reply.begin()
         assert reply.status == 503 and "your address has its limit" in json.loads(reply.read())["detail"]
@@ -242,26 +250,20 @@ def test_a_stop_after_stalled_uploads_through_the_guard_is_bounded(tmp_path, mod
     closed, as in the guard test; then 2 more left open), then SIGTERM: the command exits within
     ``drain_timeout_s`` + a few seconds (once, in a full CI run, it had not exited 120 s after)."""
     port = free_port()
-    models = [a for name, path in models_config.paths.items() for a in ("--model", f"{name}={path}")]
-    env = {**os.environ, "FUSION_RAY_API_TOKEN": "", "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = subprocess.Popen([str(FUSION_RAY), "serve", "--port", str(port), "--header-timeout-s", "2",
-                             "--models-dir", str(models_config.models_dir), *models],
-                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = _serve_guarded(tmp_path, models_config, port)
     held: list[socket.socket] = []
     ray_processes: list = []
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_healthy(url, proc)
         ray_processes = _descendants(proc.pid)
-        upload = (b"POST /v1/swap HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\n"
-                  b"Content-Length: 100000\r\n\r\n--b\r\n")
-        closed = [_partial_head(port, "127.0.0.2", upload) for _ in range(9)]  # the 9th is refused (503)
+        closed = [_partial_head(port, "127.0.0.2", STALLED_UPLOAD) for _ in range(9)]  # the 9th is refused (503)
         deadline = time.monotonic() + 60
         while _uploads(url) < 8 and time.monotonic() < deadline:
             time.sleep(0.5)
         for sock in closed:
             sock.close()
-        held = [_partial_head(port, "127.0.0.3", upload) for _ in range(2)]  # still stalled at the signal
+        held = [_partial_head(port, "127.0.0.3", STALLED_UPLOAD) for _ in range(2)]  # still stalled at the signal
         signalled = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
