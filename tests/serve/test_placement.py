@@ -1,16 +1,13 @@
-"""Both placements of the chain (fused, split) give the inline engine's pixels, over HTTP and for a
-live frame: a table of (placement, surface) rows, one Serve instance, one app per placement.
+"""Each placement of the chain (fused, split) deploys its own graph, and a fused stream at level 2
+swaps every frame it delivers. That both placements give the inline engine's pixels, over HTTP and
+for a live frame, is a row of the one equal-outputs table (tests/runners/test_equal_outputs.py).
 
-The classic swapper with the real SCRFD detector (a real swap; no stand-in is involved). HTTP
-answers PNG (lossless): equal pixels. A live result is a JPEG: it is compared with the engine's
-frame through the same encoder at quality 100, so equal pixels give equal bytes. Rows for more
-runners or surfaces are one line each in ``CASES``.
+The classic swapper with the real SCRFD detector (a real swap; no stand-in is involved).
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 import cv2
 import numpy as np
@@ -22,33 +19,12 @@ from fusion_ray.engine import Engine
 from fusion_ray.imageio import read_image
 from fusion_ray.live.client import register_source, run_stream
 from fusion_ray.live.sources import JpegClip
-from fusion_ray.live.stream import encode_jpeg
 from tests.procs import free_port
 
 pytestmark = pytest.mark.ray
 
 PLACEMENTS = ("fused", "split")
 DEPLOYMENTS = {"fused": {"Fused", "ServiceState"}, "split": {"Detector", "Swapper", "ServiceState"}}
-
-
-@dataclass(frozen=True)
-class Case:
-    placement: str
-    surface: str  # "http" (POST /v1/swap, PNG) or "live" (one frame of a /v1/stream stream, JPEG)
-    target: str   # a photo of the shared assets
-    select: str = "all"
-
-
-CASES = [
-    Case("fused", "http", "biden"),
-    Case("split", "http", "biden"),
-    Case("fused", "http", "obama_and_biden", "largest"),
-    Case("split", "http", "obama_and_biden", "largest"),
-    Case("fused", "live", "biden"),
-    Case("split", "live", "biden"),
-    Case("fused", "live", "obama_and_biden"),
-    Case("split", "live", "obama_and_biden"),
-]
 
 
 @pytest.fixture(scope="module")
@@ -82,62 +58,6 @@ def apps(ray_cluster, models_config):
 def engine(models_config):
     cfg = EngineConfig(models=models_config, runtime=RuntimeConfig(providers=["cpu"]), swap=SwapConfig(swapper="classic"))
     return Engine.load(cfg, components=["detector"], cpu_budget=1)
-
-
-@pytest.fixture(scope="module")
-def sources(apps, images_dir):
-    photo = (images_dir / "obama.jpg").read_bytes()
-    return {p: register_source(base, photo, "obama.jpg") for p, base in apps.items()}
-
-
-LIVE_SIDE = 960  # live frames are camera-sized: the photos are scaled to this longest side
-
-
-def _target(images_dir, case: Case) -> np.ndarray:
-    frame = read_image(images_dir / f"{case.target}.jpg").frame
-    if case.surface != "live":
-        return frame
-    scale = LIVE_SIDE / max(frame.shape[:2])
-    return cv2.resize(frame, (round(frame.shape[1] * scale), round(frame.shape[0] * scale)),
-                      interpolation=cv2.INTER_AREA)
-
-
-def _inline(engine: Engine, images_dir, case: Case) -> np.ndarray:
-    cfg = engine.cfg.model_copy(update={"selection": engine.cfg.selection.model_copy(update={"mode": case.select})})
-    inline = Engine(cfg, engine.models)
-    identity = inline.prepare_source([read_image(images_dir / "obama.jpg").frame])
-    return inline.process_frame(_target(images_dir, case), identity).frame
-
-
-def _http(base: str, source_id: str, target: bytes, case: Case) -> np.ndarray:
-    response = requests.post(f"{base}/v1/swap", files=[("target", ("t.jpg", target, "image/jpeg"))],
-                             data={"source_id": source_id, "format": "png", "select": case.select}, timeout=120)
-    assert response.status_code == 200, response.text
-    return cv2.imdecode(np.frombuffer(response.content, np.uint8), cv2.IMREAD_COLOR)
-
-
-def _live(base: str, source_id: str, target: np.ndarray, case: Case) -> np.ndarray:
-    got: list[bytes] = []
-    frame = cv2.imencode(".png", target)[1].tobytes()
-    start = {"source_id": source_id, "select": case.select, "quality": 100, "deadline_ms": 5000}
-    report = asyncio.run(run_stream(base.replace("http://", "ws://") + "/v1/stream", start,
-                                    JpegClip([frame], fps=2, loop=False), on_result=lambda seq, image: got.append(image),
-                                    drain_s=60.0))
-    assert report.received == 1, (report.dropped, report.errors)
-    return cv2.imdecode(np.frombuffer(got[0], np.uint8), cv2.IMREAD_COLOR)
-
-
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.placement}-{c.surface}-{c.target}-{c.select}")
-def test_every_placement_gives_the_inline_engines_pixels(case, apps, sources, engine, images_dir):
-    expected = _inline(engine, images_dir, case)
-    assert not np.array_equal(expected, _target(images_dir, case))  # a visible swap
-    base, source_id = apps[case.placement], sources[case.placement]
-    if case.surface == "http":
-        got = _http(base, source_id, (images_dir / f"{case.target}.jpg").read_bytes(), case)
-    else:
-        got = _live(base, source_id, _target(images_dir, case), case)
-        expected = cv2.imdecode(np.frombuffer(encode_jpeg(expected, 100), np.uint8), cv2.IMREAD_COLOR)
-    assert got.shape == expected.shape and np.array_equal(got, expected)
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
