@@ -138,7 +138,8 @@ class _Writer:
             self.writer.release()
 
 
-def _print_report(report: ClientReport) -> None:
+def _print_report(report: ClientReport, wrote: Path | None) -> int:
+    """The stream's summary (and the file written, if any); exit code 0."""
     summary = report.summary()
     lat = summary["latency_ms"]
     drops = ", ".join(f"{k} {v}" for k, v in summary["dropped"].items() if v) or "none"
@@ -148,13 +149,21 @@ def _print_report(report: ClientReport) -> None:
     print(f"dropped: {drops}; highest degradation level {summary['max_level']}")
     if report.ready.get("stand_in_models"):
         print(f"note: the server used STAND-IN models ({', '.join(report.ready['stand_in_models'])}): not a real swap")
+    if wrote is not None:
+        print(f"wrote {wrote}")
+    return 0
+
+
+def _seconds(args: argparse.Namespace) -> float | None:
+    """--seconds, else 10 s from a camera, else until the input ends."""
+    return args.seconds if args.seconds is not None else (10.0 if args.camera is not None else None)
 
 
 def run_live(args: argparse.Namespace) -> int:
     if args.url is None:
         return _run_here(args)
     source = CaptureSource(args.camera if args.camera is not None else args.input, fps=args.fps)
-    seconds = args.seconds if args.seconds is not None else (10.0 if args.camera is not None else None)
+    seconds = _seconds(args)
     writer = _Writer(args.output, source.fps) if args.output else None
     try:
         start = _start(args, _source_id(args, args.url))
@@ -164,10 +173,7 @@ def run_live(args: argparse.Namespace) -> int:
         source.close()
         if writer is not None:
             writer.close()
-    _print_report(report)
-    if writer is not None:
-        print(f"wrote {args.output}")
-    return 0
+    return _print_report(report, args.output if writer is not None else None)
 
 
 def _fan_out(sinks: list[Callable[[int, bytes], None]]) -> Callable[[int, bytes], None]:
@@ -199,7 +205,7 @@ def _run_here(args: argparse.Namespace) -> int:
     backend = EngineBackend(engine)
     start = _start(args, backend.add_source(source_image, str(args.source)))
     capture = CaptureSource(args.camera if args.camera is not None else args.input, fps=args.fps, fmt="bmp")
-    seconds = args.seconds if args.seconds is not None else (10.0 if args.camera is not None else None)
+    seconds = _seconds(args)
     writer = _Writer(args.output, capture.fps) if args.output else None
     window = Window() if show else None
     sinks: list[Callable[[int, bytes], None]] = [sink for sink in (writer, window) if sink is not None]
@@ -216,10 +222,7 @@ def _run_here(args: argparse.Namespace) -> int:
             writer.close()
         if window is not None:
             window.close()
-    _print_report(report)
-    if writer is not None:
-        print(f"wrote {args.output}")
-    return 0
+    return _print_report(report, args.output if writer is not None else None)
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from fusion_ray.errors import FusionRayError, InputError, ModelError
@@ -103,15 +104,11 @@ def run_download(args: argparse.Namespace) -> int:
         if answer not in ("y", "yes"):
             print("nothing downloaded", file=sys.stderr)
             return 1
-    failed = 0
-    for spec in specs:
-        try:
-            located = store.download(spec.name, progress=_Progress(spec.name), force=args.force)
-            print(f"{spec.name}: {located.status} at {located.path}")
-        except FusionRayError as exc:
-            failed += 1
-            print(f"{spec.name}: FAILED: {exc}", file=sys.stderr)
-    return 0 if failed == 0 else ModelError.exit_code
+    def download(name: str) -> str:
+        located = store.download(name, progress=_Progress(name), force=args.force)
+        return f"{located.status} at {located.path}"
+
+    return _each([spec.name for spec in specs], download)
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -120,11 +117,20 @@ def run_verify(args: argparse.Namespace) -> int:
     if not names:
         print(f"no model files in {store.root}", file=sys.stderr)
         return ModelError.exit_code
+    def verify(name: str) -> str:
+        located = store.verify(name)
+        return f"{located.status} ({located.path})"
+
+    return _each(names, verify)
+
+
+def _each(names: list[str], act: Callable[[str], str]) -> int:
+    """``act`` on each model, a line each (``name: what act says``, or ``name: FAILED: why`` on
+    stderr); the exit code (a model error when any failed)."""
     failed = 0
     for name in names:
         try:
-            located = store.verify(name)
-            print(f"{name}: {located.status} ({located.path})")
+            print(f"{name}: {act(name)}")
         except FusionRayError as exc:
             failed += 1
             print(f"{name}: FAILED: {exc}", file=sys.stderr)

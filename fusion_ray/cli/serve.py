@@ -9,6 +9,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from types import FrameType
@@ -151,7 +152,7 @@ def run_serve(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, _Stop):
         print(f"stopping: live streams end, requests in flight get up to {drain_s:g} s...", file=sys.stderr)
     finally:
-        _shutdown(serve, ray if started and args.address is None else None, name, drain_s, reaper_pid)
+        stop(serve, ray if started and args.address is None else None, name, drain_s, reaper_pid)
     return 0
 
 
@@ -193,54 +194,104 @@ def _free_loopback_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _shutdown(serve: Any, ray: Any | None, name: str, drain_s: float, reaper_pid: int | None) -> None:
+STOP_MARGIN_S = 8.0
+"""The stop's bound beyond ``drain_timeout_s``: telling the streams (up to 4 s), Ray's shutdown
+and the reaper (the rest). Past the bound a watchdog ends the process (a note says so)."""
+STREAMS_S = 2.0
+"""At most this long to reach the state deployment, and again to let the replicas see the drain."""
+STOP_GRACE_S = 1.0
+"""After ray.shutdown, how long Ray's processes get to exit after SIGTERM before SIGKILL."""
+
+
+def stop(serve: Any, ray: Any | None, name: str, drain_s: float, reaper_pid: int | None,
+         margin_s: float = STOP_MARGIN_S) -> None:
+    """The service's stop (:func:`_shutdown`) within ``drain_s + margin_s``: when a step has not
+    ended (its thread may hold Ray, whose atexit handler would call a hung ray.shutdown again) the
+    process exits at once, and a watchdog ends it 2 s past the bound whatever still runs."""
+    if not _shutdown(serve, ray, name, drain_s, reaper_pid, time.monotonic() + drain_s + margin_s):
+        _exit_now(0)  # the service has stopped; what hangs is Ray's cleanup
+
+
+def _shutdown(serve: Any, ray: Any | None, name: str, drain_s: float, reaper_pid: int | None,
+              deadline: float) -> bool:
     """Drain the application (its live streams end at once with close 1001; requests in flight get
     up to ``drain_s``), then stop: the local Ray this command started (``ray``), its processes
-    ended rather than left to linger, or Serve on a cluster it joined (``ray`` None)."""
+    ended rather than left to linger, or Serve on a cluster it joined (``ray`` None). Every step
+    is bounded, the whole by ``deadline`` (monotonic; a watchdog ends the process 2 s past it);
+    False when a step did not end (its thread may still hold Ray: the caller exits at once)."""
     main = threading.current_thread() is threading.main_thread()
     if main:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the shutdown short
+    _watchdog(deadline + 2.0)
+    clean = True
     try:
-        _drain(serve, name, drain_s)
+        clean = _drain(serve, name, drain_s, deadline)
         if ray is None:
-            serve.shutdown()
+            clean = _bounded("serve.shutdown", serve.shutdown, deadline - time.monotonic()) and clean
     finally:
         if ray is not None:
             # Serve's own shutdown waits out its proxy's draining period (up to 30 s); the app has
             # drained, so the cluster goes at once, and what ray.shutdown leaves is ended here.
             procs, sessions = reaper.own_ray(skip={reaper_pid} if reaper_pid else set())
-            ray.shutdown()
+            left = deadline - time.monotonic() - STOP_GRACE_S - 1.0
+            clean = _bounded("ray.shutdown", ray.shutdown, max(left, 1.0)) and clean
             reaper.end(procs, sessions, STOP_GRACE_S, skip={os.getpid()})
         if main:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return clean
 
 
-STOP_GRACE_S = 1.0
-"""After ray.shutdown, how long Ray's processes get to exit after SIGTERM before SIGKILL."""
-
-
-def _drain(serve: Any, name: str, drain_s: float) -> None:
+def _drain(serve: Any, name: str, drain_s: float, deadline: float) -> bool:
     """Tell every ingress replica to end its live streams (through the state deployment), then
-    delete the application: the ingress finishes its requests within ``drain_s``."""
-    try:
-        wait_s = serve.get_deployment_handle("ServiceState", app_name=name).drain.remote().result(timeout_s=2.0)
-        time.sleep(min(float(wait_s), 2.0))  # the replicas with streams see it before the state goes
-    except Exception as exc:  # noqa: BLE001 - the app may have failed to start: stop anyway
-        print(f"note: could not tell the live streams to end ({type(exc).__name__})", file=sys.stderr)
+    delete the application: the ingress finishes its requests within ``drain_s``. False when the
+    deletion did not end in time."""
+    def tell() -> None:
+        handle = serve.get_deployment_handle("ServiceState", app_name=name)
+        wait_s = handle.drain.remote().result(timeout_s=STREAMS_S)
+        time.sleep(min(float(wait_s), STREAMS_S))  # the replicas with streams see it before the state goes
+
+    # the app may have failed to start, its controller be slow: the streams' notice is best effort
+    _bounded("telling the live streams to end", tell, min(2 * STREAMS_S, deadline - time.monotonic()),
+             note="could not tell the live streams to end")
+    return _bounded("serve.delete", lambda: serve.delete(name), min(drain_s + 1.0, deadline - time.monotonic()),
+                    note="the application did not drain cleanly")
+
+
+def _bounded(what: str, step: Callable[[], object], timeout_s: float, note: str = "") -> bool:
+    """Run ``step`` in a daemon thread for at most ``timeout_s``; True when it ended without an
+    error, else a one-line note on stderr (stopping goes on) and False when it is still running."""
     failed: list[BaseException] = []
 
-    def delete() -> None:
+    def run() -> None:
         try:
-            serve.delete(name)
+            step()
         except Exception as exc:  # noqa: BLE001 - reported below; stopping goes on
             failed.append(exc)
 
-    deleting = threading.Thread(target=delete, name="fusion-ray-drain", daemon=True)
-    deleting.start()
-    deleting.join(drain_s + 1.0)
-    if failed or deleting.is_alive():
-        reason = type(failed[0]).__name__ if failed else f"not done within {drain_s + 1.0:g} s"
-        print(f"note: the application did not drain cleanly ({reason}); stopping anyway", file=sys.stderr)
+    thread = threading.Thread(target=run, name=f"fusion-ray-stop: {what}", daemon=True)
+    thread.start()
+    thread.join(max(timeout_s, 0.0))
+    if failed or thread.is_alive():
+        reason = type(failed[0]).__name__ if failed else f"{what} not done within {max(timeout_s, 0.0):.1f} s"
+        print(f"note: {note or what + ' failed'} ({reason}); stopping anyway", file=sys.stderr)
+    return not thread.is_alive()
+
+
+def _watchdog(at: float) -> None:
+    """End this process at ``at`` (monotonic), whatever still runs: the last bound on a stop."""
+    def watch() -> None:
+        time.sleep(max(at - time.monotonic(), 0.0))
+        print("note: the stop outlived its bound; exiting now", file=sys.stderr)
+        _exit_now(0)
+
+    threading.Thread(target=watch, name="fusion-ray-stop-watchdog", daemon=True).start()
+
+
+def _exit_now(code: int) -> None:
+    """Exit without waiting for threads or atexit handlers (Ray's own would call a hung ray.shutdown again)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def run_load(args: argparse.Namespace) -> int:

@@ -28,6 +28,7 @@ import contextlib
 import logging
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +96,16 @@ class HeaderGuard:
     def __init__(self, upstream: tuple[str, int], cfg: GuardConfig | None = None) -> None:
         self.upstream = upstream
         self.cfg = cfg or GuardConfig()
+        self._handlers: set[asyncio.Task[Any]] = set()
+        """The connections' tasks: Python 3.11's streams hold them weakly, and a handler whose client
+        left while it waits on the upstream is otherwise garbage, destroyed mid-await."""
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One client connection: its head within the deadline, then both directions copied."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
         peer = writer.get_extra_info("peername")
         client = str(peer[0]) if peer else "unknown"
         try:

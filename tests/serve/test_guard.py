@@ -71,3 +71,50 @@ def test_the_guard_answers_heads_it_refuses_without_reaching_the_upstream():
     assert reply.startswith(b"HTTP/1.1 408") and 0.4 < waited < 5
     assert answer(b"GET / HTTP/1.1\r\nX-Big: " + b"a" * 8000)[0].startswith(b"HTTP/1.1 431")
     assert answer(b"hello\r\n\r\n")[0].startswith(b"HTTP/1.1 400")
+
+
+def test_a_closed_stalled_upload_survives_a_garbage_collection():
+    """Stalled uploads whose clients leave (as the guard test's 9 do) while the upstream has not
+    answered: each connection's handler is then referenced only by its own awaits (Python 3.11's
+    streams hold it weakly), and a garbage collection must not destroy it mid-await (it did:
+    "Task was destroyed but it is pending", "coroutine ignored GeneratorExit" in serve's stderr)."""
+    import gc
+    import logging
+    import socket
+    import threading
+    import time
+
+    from fusion_ray.serve.guard import GuardConfig, HeaderGuard, start_guard
+    from tests.procs import free_port
+
+    upstream = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: [accepted.append(upstream.accept()[0]) for _ in range(3)], daemon=True).start()
+    destroyed: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: destroyed.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("asyncio").addHandler(handler)
+    port = free_port()
+    start_guard(HeaderGuard(upstream.getsockname(), GuardConfig(header_timeout_s=5)), "127.0.0.1", port)
+    upload = (b"POST /v1/swap HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+              b"Content-Length: 100000\r\n\r\n--b\r\n")
+    try:
+        for _ in range(3):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+                client.sendall(upload)
+        deadline = time.monotonic() + 5
+        while len(accepted) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for conn in accepted:  # the head, the body's start, then the client's end passed on
+            conn.settimeout(5)
+            while conn.recv(4096):
+                pass
+        gc.collect()
+        time.sleep(0.2)
+    finally:
+        logging.getLogger("asyncio").removeHandler(handler)
+        for conn in accepted:
+            conn.close()
+        upstream.close()
+    assert len(accepted) == 3
+    assert not destroyed, destroyed[:1]

@@ -1,0 +1,55 @@
+"""``fusion-ray serve``'s stop path is bounded when Ray hangs (no Ray here: a hang of Ray cannot be
+produced on demand, so these stand-ins for ``serve`` and ``ray`` hang where the real calls could).
+The real stop after stalled uploads is test_serve_cli.py's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+DRAIN_S = 0.5
+MARGIN_S = 2.0
+"""The stop's bound is drain + margin (8 s in the command; shorter here to keep the test fast)."""
+
+_SCRIPT = """
+import threading, time
+from fusion_ray.cli.serve import stop
+
+HANG = {hang!r}
+
+def forever(*args, **kwargs):
+    threading.Event().wait()
+
+class Serve:
+    def get_deployment_handle(self, *args, **kwargs):
+        forever() if HANG == "handle" else (_ for _ in ()).throw(RuntimeError("no app"))
+    def delete(self, name):
+        forever() if HANG == "delete" else None
+    def shutdown(self):
+        forever()
+
+class Ray:
+    def shutdown(self):
+        forever() if HANG == "ray.shutdown" else None
+
+if HANG == "thread":  # something of Ray's that never ends keeps the interpreter from exiting
+    threading.Thread(target=forever, daemon=False).start()
+stop(Serve(), None if HANG == "serve.shutdown" else Ray(), "app", {drain_s}, None, margin_s={margin_s})
+"""
+
+
+@pytest.mark.parametrize("hang", ["handle", "delete", "ray.shutdown", "serve.shutdown", "thread"])
+def test_the_stop_ends_within_its_bound_whatever_hangs(hang):
+    script = textwrap.dedent(_SCRIPT.format(hang=hang, drain_s=DRAIN_S, margin_s=MARGIN_S))
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - start
+    assert took < DRAIN_S + MARGIN_S + 2.0 + 2.0, (took, proc.stderr)  # the watchdog's 2 s, Python's start
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    if hang != "handle":
+        assert "stopping anyway" in proc.stderr or "exiting now" in proc.stderr, proc.stderr
