@@ -40,7 +40,7 @@ def test_the_read_task_keeps_order_and_count_and_a_bounded_buffer(faces, engine,
     read = TrackedRead(engine)
     (unit,) = _unit(path)
     blocks = [b.to_pydict() for b in read_unit(unit, 6, read)]
-    stage = {f"busy_ms_{READ_STAGE}", f"idle_ms_{READ_STAGE}"}  # the read's detection, for the report
+    stage = {f"busy_ms_{READ_STAGE}", f"idle_ms_{READ_STAGE}", "step_ms_track"}  # the read's detection, for the report
     assert all(set(b) == {*FRAME_COLUMNS, *TRACK_COLUMNS, *stage} for b in blocks)
     assert all(len(b["index"]) <= 6 for b in blocks)
     rows = [{k: b[k][i] for k in b} for b in blocks for i in range(len(b["index"]))]
