@@ -31,6 +31,7 @@ from ray import serve
 from fusion_ray.config import EngineConfig
 from fusion_ray.core import chain, identity
 from fusion_ray.core.facebatch import NO_TRACK, FaceBatch, FrameBatch
+from fusion_ray.core.lru import LockedLru
 from fusion_ray.core.modelset import Component, ModelInfo, ModelSet
 from fusion_ray.core.redetect import CropBox, RoiResult, redetect
 from fusion_ray.core.sources import SourceStore
@@ -50,7 +51,7 @@ from fusion_ray.types import SourceIdentity
 log = logging.getLogger(__name__)
 
 MAX_SETUPS = 16
-"""Sets of request options whose steps a detector replica keeps made."""
+"""Sets of request options whose steps (a detector replica) or swap backend (a swapper replica) are kept made."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ class DetectorDeployment:
         loading = loaded_config(settings).in_ray_actor(settings.deployments.detector.num_gpus > 0)
         self.models = ModelSet.load(loading, components, cpu_budget=budget)
         self._canvases = DetectorCanvases(self.models.need_detector())
-        self._setups: dict[FaceFusionOptions, tuple[Tools, Chain]] = {}
+        self._setups: LockedLru[FaceFusionOptions, tuple[Tools, Chain]] = LockedLru(MAX_SETUPS, self._made)
         log.info("detector replica ready (cpu budget %s)", budget)
 
     def _detector(self, size: int | None, *, square: bool = False) -> ScrfdDetector:
@@ -112,16 +113,15 @@ class DetectorDeployment:
         return self._canvases.get(size, square=square)
 
     def _setup(self, options: FaceFusionOptions) -> tuple[Tools, Chain]:
-        """The tools and the steps before the swap under ``options`` (the target embedding for the
-        swapper weight is the fused placement's)."""
-        if options not in self._setups:
-            cfg = configured(self.cfg, options)
-            before = Chain.of(cfg).split("target_mask")[0]
-            self._setups[options] = (Tools(cfg, self.models),
-                                     Chain(tuple(s for s in before.steps if s.name != "target_embed")))
-            while len(self._setups) > MAX_SETUPS:
-                self._setups.pop(next(iter(self._setups)))
-        return self._setups[options]
+        """The tools and the steps before the swap under ``options``, made once per set of options
+        (the :data:`MAX_SETUPS` most recently used kept)."""
+        return self._setups.get(options)
+
+    def _made(self, options: FaceFusionOptions) -> tuple[Tools, Chain]:
+        """(The target embedding for the swapper weight is the fused placement's.)"""
+        cfg = configured(self.cfg, options)
+        before = Chain.of(cfg).split("target_mask")[0]
+        return Tools(cfg, self.models), Chain(tuple(s for s in before.steps if s.name != "target_embed"))
 
     def detect(self, frame: np.ndarray, mode: str, index: int, size: int | None = None,
                options: FaceFusionOptions = NO_OPTIONS) -> DetectReply:
@@ -162,6 +162,7 @@ class SwapperDeployment:
         components: list[Any] = ["swapper", "embedder"] if self.cfg.swap.swapper == "inswapper" else []
         self.models = ModelSet.load(self.cfg, components, cpu_budget=budget)
         self.backend = swap_backend(self.cfg, self.models)
+        self._backends: LockedLru[FaceFusionOptions, SwapBackend] = LockedLru(MAX_SETUPS, self._made_backend)
         _configure_batching(self._swap_batched, settings.batching.swap)  # type: ignore[misc]
         _configure_batching(self._embed_batched, settings.batching.embed)
         self.swap_wait = _adaptive(settings, settings.batching.swap)
@@ -201,6 +202,10 @@ class SwapperDeployment:
         return results
 
     def _backend(self, options: FaceFusionOptions) -> SwapBackend:
+        """The swap backend under ``options`` (made once per set of options, the most recent kept)."""
+        return self._backends.get(options)
+
+    def _made_backend(self, options: FaceFusionOptions) -> SwapBackend:
         if options == NO_OPTIONS:
             return self.backend
         return swap_backend(configured(self.cfg, options), self.models)
