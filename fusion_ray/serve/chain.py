@@ -121,8 +121,8 @@ class Downstream:
         _failed(swapped["error"], "swap")
         return swapped["crops"]  # type: ignore[no-any-return]
 
-    async def enhance(self, t: Timings, crops: np.ndarray, blend: float) -> np.ndarray:
-        enhanced = await self.call(t, "enhance", lambda: self.enhancer.enhance.remote(crops, blend))
+    async def enhance(self, t: Timings, crops: np.ndarray, blend: float, weight: float | None = None) -> np.ndarray:
+        enhanced = await self.call(t, "enhance", lambda: self.enhancer.enhance.remote(crops, blend, weight))
         self.record_batch("enhancer", enhanced)
         _failed(enhanced["error"], "enhancement")
         return enhanced["crops"]  # type: ignore[no-any-return]

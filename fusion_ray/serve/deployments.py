@@ -242,29 +242,34 @@ class EnhancerDeployment:
         _configure_batching(self._enhance_batched, settings.batching.enhance)  # type: ignore[misc]
         self.enhance_wait = _adaptive(settings, settings.batching.enhance)
 
-    async def enhance(self, crops: np.ndarray, blend: float) -> dict[str, Any]:
-        """One request: its (n, 512, 512, 3) enhancer crops and blend -> enhanced, blended crops (batched)."""
+    async def enhance(self, crops: np.ndarray, blend: float, weight: float | None = None) -> dict[str, Any]:
+        """One request: its (n, 512, 512, 3) enhancer crops, blend and enhancer weight (None: the
+        service's) -> enhanced, blended crops (batched)."""
         _set_wait(self._enhance_batched, self.enhance_wait.arrival(time.monotonic()))  # type: ignore[misc]
-        return await self._enhance_batched(crops, blend)  # type: ignore[misc,call-arg,arg-type,no-any-return]
+        return await self._enhance_batched(crops, blend, weight)  # type: ignore[misc,call-arg,arg-type,no-any-return]
 
     @serve.batch  # type: ignore[arg-type]
     async def _enhance_batched(  # type: ignore[misc]
-        self, crops: list[np.ndarray], blends: list[float],
+        self, crops: list[np.ndarray], blends: list[float], weights: list[float | None],
     ) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self._enhance_batch, crops, blends)
+        return await asyncio.to_thread(self._enhance_batch, crops, blends, weights)
 
-    def _enhance_batch(self, crops: list[np.ndarray], blends: list[float]) -> list[dict[str, Any]]:
-        # The model runs at blend 1.0 (pure enhanced) over every face at once; each request's blend
-        # is applied after with the same blend_crops the engine uses, so results equal the engine's.
+    def _enhance_batch(self, crops: list[np.ndarray], blends: list[float],
+                       weights: list[float | None]) -> list[dict[str, Any]]:
+        # The model runs at blend 1.0 (pure enhanced), once per distinct weight over every face of the
+        # requests with it; each request's blend is applied after with the same blend_crops the
+        # engine uses, so results equal the engine's.
         start = time.perf_counter()
-        faces = _crops_batch(crops, [""] * len(crops))
-        enhanced = chain.enhance(self.models.need_enhancer(), faces, 1.0)
-        results: list[dict[str, Any]] = []
-        for i, original in enumerate(crops):
-            out = _crops_of(enhanced, i, original)
-            if len(original):
-                out = blend_crops(original, out, float(blends[i]))
-            results.append({"crops": out, "error": ""})
+        results: list[dict[str, Any]] = [{} for _ in crops]
+        for weight in dict.fromkeys(weights):
+            rows = [i for i, w in enumerate(weights) if w == weight]
+            faces = _crops_batch([crops[i] for i in rows], [""] * len(rows))
+            enhanced = chain.enhance(self.models.need_enhancer(), faces, 1.0, weight)
+            for k, i in enumerate(rows):
+                out = _crops_of(enhanced, k, crops[i])
+                if len(crops[i]):
+                    out = blend_crops(crops[i], out, float(blends[i]))
+                results[i] = {"crops": out, "error": ""}
         results[0]["batch"] = _batch_record(len(crops), sum(len(c) for c in crops), time.perf_counter() - start)
         return results
 
