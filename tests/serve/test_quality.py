@@ -96,6 +96,31 @@ def test_the_split_placement_refuses_what_needs_a_model_after_the_swap_or_the_ta
          "face_swapper_pixel_boost": 256}, service, placement="split")
 
 
+@pytest.mark.parametrize(("engine", "option"), [({"masks": {"types": ["box", "region"]}}, "face_mask_types region"),
+                                                ({"swap": {"weight": 0.8}}, "face_swapper_weight")])
+def test_the_split_placement_checks_the_resulting_config_not_only_the_options(engine, option):
+    """The service's own region mask or swapper weight, on a request that gives no option: the split
+    placement would drop it silently."""
+    service = settings(engine=engine, limits={"mask_models_allowed": ["region"]})
+    ask({}, service, placement="fused")
+    with pytest.raises(ApiError) as err:
+        ask({}, service, placement="split")
+    assert err.value.code == "not_in_placement" and option in err.value.detail
+
+
+@pytest.mark.parametrize(("engine", "setting"), [({"masks": {"types": ["box", "region"]}}, "engine.masks.types has region"),
+                                                 ({"swap": {"weight": 0.8}}, "engine.swap.weight is not 0.5")])
+def test_a_split_service_whose_engine_asks_for_what_split_cannot_run_does_not_start(engine, setting):
+    from fusion_ray.serve.app import build_app
+
+    args = {"auth": {"token_env": None}, "engine": engine, "limits": {"mask_models_allowed": ["region"]}}
+    with pytest.raises(ConfigError, match=f"{setting}: the split placement cannot run it"):
+        build_app({**args, "placement": "split"})
+    build_app({**args, "placement": "fused"})
+    build_app({"auth": {"token_env": None}, "placement": "split",  # a classic swap runs no weight step
+               "engine": {"swap": {"swapper": "classic", "weight": 0.8}}})
+
+
 def test_the_services_defaults_must_be_within_its_caps():
     with pytest.raises(ConfigError, match="engine.swap.pixel_boost"):
         settings(engine={"swap": {"pixel_boost": 512}})
