@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusion_ray.config import EngineConfig
+from fusion_ray.core.layout import source_crop_layout
 from fusion_ray.core.modelset import Component, mask_model_names, required_components
 from fusion_ray.core.steps import Chain
 from fusion_ray.errors import ConfigError
@@ -63,6 +64,20 @@ def _check_points(options: FaceFusionOptions, cfg: EngineConfig) -> None:
     if options.pixel_boost is not None and cfg.swap.swapper == "classic":
         raise ApiError(422, "invalid_option", "face_swapper_pixel_boost is for model swappers; this service runs "
                        "the classic swapper")
+    _check_unused(options, cfg)
+
+
+def _check_unused(options: FaceFusionOptions, cfg: EngineConfig) -> None:
+    """422 for an option the service's chain would accept and never use (FaceFusion ignores the
+    weight of a swapper given the source as an image silently; a request is told)."""
+    if options.face_swapper_weight not in (None, 0.5) and source_crop_layout(cfg) is not None:
+        runs = "the classic swapper" if cfg.swap.swapper == "classic" else \
+            f"{cfg.models.swapper}, which is given the source as an image"
+        raise ApiError(422, "invalid_option", "face_swapper_weight balances the source embedding against the "
+                       f"target's; this service runs {runs}: the weight would be unused")
+    if options.face_landmarker_score is not None and cfg.landmarker.model == "none":
+        raise ApiError(422, "invalid_option", "face_landmarker_score picks the 68-point landmarker's points over "
+                       "the detector's; this service runs face_landmarker_model 'none': the score would be unused")
 
 
 SPLIT_MISSING: dict[str, tuple[str, str]] = {

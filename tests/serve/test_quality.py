@@ -85,6 +85,33 @@ def test_options_the_service_cannot_run_are_422():
     assert err.value.code == "enhance_unavailable"
 
 
+def test_a_classic_service_takes_its_own_swapper_named():
+    classic = settings(engine={"swap": {"swapper": "classic"}})
+    assert ask({"face_swapper_model": "classic"}, classic).options.face_swapper_model == "classic"
+    with pytest.raises(ApiError) as err:
+        ask({"face_swapper_model": "classic"})
+    assert err.value.code == "model_not_served" and "this service runs 'inswapper_128'" in err.value.detail
+
+
+@pytest.mark.parametrize(("engine", "options", "words"), [
+    ({"swap": {"swapper": "classic"}}, {"face_swapper_weight": 0.8}, "runs the classic swapper"),
+    ({"models": {"swapper": "uniface_256"}}, {"face_swapper_weight": 0.2}, "uniface_256, which is given the source as an image"),
+    ({"models": {"swapper": "blendswap_256"}}, {"face_swapper_weight": 1.0}, "blendswap_256"),
+    ({}, {"face_landmarker_score": 0.3}, "face_landmarker_model 'none'"),
+])
+def test_an_option_the_service_would_not_use_is_422_naming_why(engine, options, words):
+    service = settings(engine=engine)
+    with pytest.raises(ApiError) as err:
+        ask(options, service)
+    assert err.value.code == "invalid_option" and words in err.value.detail and "unused" in err.value.detail
+    ask({"face_swapper_weight": 0.5}, service)  # FaceFusion's default changes nothing: accepted
+
+
+def test_the_weight_and_the_score_are_taken_where_they_are_used():
+    ask({"face_swapper_weight": 0.8})  # inswapper_128 (an embedding-fed swapper)
+    ask({"face_landmarker_score": 0.3}, settings(engine={"landmarker": {"model": "dlib_68"}}))
+
+
 @pytest.mark.parametrize("options", [{"face_mask_types": ["box", "region"]}, {"face_swapper_weight": 0.8}])
 def test_the_split_placement_refuses_what_needs_a_model_after_the_swap_or_the_targets_embedding(options):
     service = settings(engine={"landmarker": {"model": "dlib_68"}}, limits={"mask_models_allowed": ["region"]})
