@@ -5,7 +5,8 @@
 - :class:`SwapperDeployment` (GPU when present): ``chain.swap`` with ``@serve.batch`` across
   concurrent requests (one backend call over every face of every request in the batch), and
   the ArcFace embedder with its own ``@serve.batch`` for source identities.
-- :class:`EnhancerDeployment` (GPU when present): ``chain.enhance`` with ``@serve.batch``.
+- :class:`EnhancerDeployment` (GPU when present): ``chain.enhance`` with ``@serve.batch`` (grouped by
+  the requests' enhancer weights).
 - :class:`ServiceStateDeployment` (one replica): the bounded source store and the merged metrics.
 
 Sessions are created in the replicas (``ModelSet.load``) with threads sized
@@ -233,7 +234,8 @@ class SwapperDeployment:
 
 @serve.deployment(name="Enhancer")
 class EnhancerDeployment:
-    """GPU: batched GFPGAN over the faces of all requests in a batch; per-request blend after."""
+    """GPU: the batched enhancer over the faces of all requests in a batch (one call per enhancer weight
+    the requests ask); per-request blend after."""
 
     def __init__(self, settings: ServeSettings) -> None:
         cfg = settings.engine.in_ray_actor(settings.deployments.enhancer.num_gpus > 0)
