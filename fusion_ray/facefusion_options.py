@@ -68,6 +68,8 @@ def _converted(option: str, value: Any) -> dict[tuple[str, str], Any]:
     if option == "face_swapper_pixel_boost":
         return {("swap", "pixel_boost"): _pixels(value)}
     if option == "face_swapper_model":
+        if value == "classic":  # the model-free swap (served_models names it so)
+            return {("swap", "swapper"): "classic"}
         name = chosen_spec(str(value), "swapper", "face_swapper_model").name
         return {("models", "swapper"): name, ("swap", "swapper"): "inswapper"}  # "inswapper": a swap model
     if option == "face_enhancer_model":

@@ -197,6 +197,8 @@ def _free_loopback_port() -> int:
 STOP_MARGIN_S = 8.0
 """The stop's bound beyond ``drain_timeout_s``: telling the streams (up to 4 s), Ray's shutdown
 and the reaper (the rest). Past the bound a watchdog ends the process (a note says so)."""
+HUNG_EXIT = 1
+"""The exit status when a step of the stop hung or the watchdog ended it (0: a clean stop)."""
 STREAMS_S = 2.0
 """At most this long to reach the state deployment, and again to let the replicas see the drain."""
 STOP_GRACE_S = 1.0
@@ -207,9 +209,11 @@ def stop(serve: Any, ray: Any | None, name: str, drain_s: float, reaper_pid: int
          margin_s: float = STOP_MARGIN_S) -> None:
     """The service's stop (:func:`_shutdown`) within ``drain_s + margin_s``: when a step has not
     ended (its thread may hold Ray, whose atexit handler would call a hung ray.shutdown again) the
-    process exits at once, and a watchdog ends it 2 s past the bound whatever still runs."""
+    process exits at once with :data:`HUNG_EXIT`, and a watchdog ends it (the same status) 2 s past
+    the bound whatever still runs."""
     if not _shutdown(serve, ray, name, drain_s, reaper_pid, time.monotonic() + drain_s + margin_s):
-        _exit_now(0)  # the service has stopped; what hangs is Ray's cleanup
+        print(f"note: a step of the stop hung (see above); exiting now with status {HUNG_EXIT}", file=sys.stderr)
+        _exit_now(HUNG_EXIT)
 
 
 def _shutdown(serve: Any, ray: Any | None, name: str, drain_s: float, reaper_pid: int | None,
@@ -218,7 +222,8 @@ def _shutdown(serve: Any, ray: Any | None, name: str, drain_s: float, reaper_pid
     up to ``drain_s``), then stop: the local Ray this command started (``ray``), its processes
     ended rather than left to linger, or Serve on a cluster it joined (``ray`` None). Every step
     is bounded, the whole by ``deadline`` (monotonic; a watchdog ends the process 2 s past it);
-    False when a step did not end (its thread may still hold Ray: the caller exits at once)."""
+    False when a step did not end, telling the streams included (its thread may still hold Ray:
+    the caller exits at once)."""
     main = threading.current_thread() is threading.main_thread()
     if main:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the shutdown short
@@ -243,18 +248,19 @@ def _shutdown(serve: Any, ray: Any | None, name: str, drain_s: float, reaper_pid
 
 def _drain(serve: Any, name: str, drain_s: float, deadline: float) -> bool:
     """Tell every ingress replica to end its live streams (through the state deployment), then
-    delete the application: the ingress finishes its requests within ``drain_s``. False when the
-    deletion did not end in time."""
+    delete the application: the ingress finishes its requests within ``drain_s``. False when either
+    did not end in time (a step that raised has ended: the stop goes on, cleanly)."""
     def tell() -> None:
         handle = serve.get_deployment_handle("ServiceState", app_name=name)
         wait_s = handle.drain.remote().result(timeout_s=STREAMS_S)
         time.sleep(min(float(wait_s), STREAMS_S))  # the replicas with streams see it before the state goes
 
     # the app may have failed to start, its controller be slow: the streams' notice is best effort
-    _bounded("telling the live streams to end", tell, min(2 * STREAMS_S, deadline - time.monotonic()),
-             note="could not tell the live streams to end")
-    return _bounded("serve.delete", lambda: serve.delete(name), min(drain_s + 1.0, deadline - time.monotonic()),
-                    note="the application did not drain cleanly")
+    told = _bounded("telling the live streams to end", tell, min(2 * STREAMS_S, deadline - time.monotonic()),
+                    note="could not tell the live streams to end")
+    deleted = _bounded("serve.delete", lambda: serve.delete(name), min(drain_s + 1.0, deadline - time.monotonic()),
+                       note="the application did not drain cleanly")
+    return told and deleted
 
 
 def _bounded(what: str, step: Callable[[], object], timeout_s: float, note: str = "") -> bool:
@@ -281,8 +287,8 @@ def _watchdog(at: float) -> None:
     """End this process at ``at`` (monotonic), whatever still runs: the last bound on a stop."""
     def watch() -> None:
         time.sleep(max(at - time.monotonic(), 0.0))
-        print("note: the stop outlived its bound; exiting now", file=sys.stderr)
-        _exit_now(0)
+        print(f"note: the stop outlived its bound; exiting now with status {HUNG_EXIT}", file=sys.stderr)
+        _exit_now(HUNG_EXIT)
 
     threading.Thread(target=watch, name="fusion-ray-stop-watchdog", daemon=True).start()
 

@@ -209,9 +209,10 @@ def align_for_enhance(frames: Sequence[Frame], faces: FaceBatch, layout: CropLay
     return align(frames, faces, layout, errors, "paste")
 
 
-def enhance(enhancer: SpecEnhancer, faces: FaceBatch, blend: float) -> FaceBatch:
-    """Enhance every face of the batch in one model call, ``blend`` of it over the original."""
+def enhance(enhancer: SpecEnhancer, faces: FaceBatch, blend: float, weight: float | None = None) -> FaceBatch:
+    """Enhance every face of the batch in one model call, ``blend`` of it over the original;
+    ``weight``: the model's weight input (None: the enhancer's own)."""
     if not len(faces):
         return faces
     crops, _ = faces.require_crops()
-    return faces.with_crops(enhancer.enhance(crops, blend))
+    return faces.with_crops(enhancer.enhance(crops, blend, weight))

@@ -16,9 +16,7 @@ never passes it off as processed. Fatal errors (memory, model, provider) raise.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -28,6 +26,7 @@ import numpy as np
 from fusion_ray.config import EngineConfig
 from fusion_ray.core import chain
 from fusion_ray.core.facebatch import FaceBatch, FrameBatch
+from fusion_ray.core.lru import LockedLru
 from fusion_ray.core.modelset import ModelSet
 from fusion_ray.core.redetect import CropBox, RoiResult, redetect
 from fusion_ray.core.steps import Chain, Rows, Tools
@@ -128,27 +127,20 @@ class FrameChain:
     def __init__(self, cfg: EngineConfig, models: ModelSet) -> None:
         self.cfg = cfg
         self.models = models
-        self._setups: OrderedDict[FaceFusionOptions, _Setup] = OrderedDict()
-        self._lock = threading.Lock()
+        self._setups: LockedLru[FaceFusionOptions, _Setup] = LockedLru(self.MAX_SETUPS, self._made)
         self.tools = self.setup(NO_OPTIONS).tools
         self.tools.detector()  # no detector: fail here, not on the first frame
 
     def setup(self, options: FaceFusionOptions) -> _Setup:
         """The chain under ``options`` (ConfigError when they make an invalid config)."""
-        with self._lock:
-            if options in self._setups:
-                self._setups.move_to_end(options)
-                return self._setups[options]
+        return self._setups.get(options)
+
+    def _made(self, options: FaceFusionOptions) -> _Setup:
         cfg = configured(self.cfg, options)
         # Enhancement is each frame's choice (FrameRequest.enhance_blend), so its steps are in the chain.
         cfg = cfg.model_copy(update={"enhance": cfg.enhance.model_copy(update={"enabled": True})})
         finding, rest = Chain.of(cfg).split("select")
-        made = _Setup(Tools(cfg, self.models), finding, rest)
-        with self._lock:
-            self._setups[options] = made
-            while len(self._setups) > self.MAX_SETUPS:
-                self._setups.popitem(last=False)
-        return made
+        return _Setup(Tools(cfg, self.models), finding, rest)
 
     def run(self, jobs: Sequence[FrameJob], timings: dict[str, float] | None = None) -> list[FrameDone]:
         """Every job's frame through the whole chain (``timings``: each step's busy ms is added)."""

@@ -227,7 +227,7 @@ def enhance_align_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatc
 
 def enhance_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
     """One enhancer call per distinct blend over the faces of the batch (a face whose frame is not
-    enhanced keeps its crop)."""
+    enhanced keeps its crop), at the config's enhancer weight (a request's options may set it)."""
     faces = batch.faces.without_frames(_unfailed(batch))
     if not len(faces):
         return replace(batch, faces=faces)
@@ -235,7 +235,7 @@ def enhance_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
     crops = faces.require_crops()[0].copy()
     for blend in dict.fromkeys(b for b in blends if b is not None):
         idx = np.flatnonzero([b == blend for b in blends])
-        enhanced = chain.enhance(tools.models.need_enhancer(), faces.take(idx), blend)
+        enhanced = chain.enhance(tools.models.need_enhancer(), faces.take(idx), blend, tools.cfg.enhance.weight)
         crops[idx] = enhanced.require_crops()[0]
     return replace(batch, faces=faces.with_crops(crops))
 

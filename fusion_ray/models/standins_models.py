@@ -72,9 +72,11 @@ def _enhancer(spec: ModelSpec) -> tuple[Graph, list, list]:
     inputs = [float_value_info("input", ["N", 3, size, size])]
     if spec.weight_input:
         inputs.append(helper.make_tensor_value_info("weight", TensorProto.DOUBLE, [1]))
-        unused = g.op("Mul", [g.op("Cast", ["weight"], "weight_f32", to=TensorProto.FLOAT), g.f32("zero", 0.0)],
-                      "weight_zero")
-        x = g.op("Add", [x, unused], "with_weight")
+        # The weight moves the output (0.5: none): a test can see which weight a call was given.
+        shift = g.op("Mul", [g.op("Sub", [g.op("Cast", ["weight"], "weight_f32", to=TensorProto.FLOAT),
+                                          g.f32("weight_half", 0.5)], "weight_centred"), g.f32("weight_gain", 0.5)],
+                     "weight_shift")
+        x = g.op("Add", [x, shift], "with_weight")
     g.op("Clip", [x, g.f32("lo", -1.0), g.f32("hi", 1.0)], "clip", out="output")
     return g, inputs, [float_value_info("output", ["N", 3, size, size])]
 

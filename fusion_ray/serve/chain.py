@@ -25,6 +25,7 @@ from fusion_ray.core import chain as core_chain
 from fusion_ray.core.facebatch import FaceBatch, FrameBatch
 from fusion_ray.core.identity import SourceFace
 from fusion_ray.core.layout import CropLayout, enhance_layout, swap_layout
+from fusion_ray.core.lru import LockedLru
 from fusion_ray.core.modelset import ModelInfo
 from fusion_ray.core.provenance import Provenance
 from fusion_ray.facefusion_options import NO_OPTIONS, FaceFusionOptions, configured
@@ -120,8 +121,8 @@ class Downstream:
         _failed(swapped["error"], "swap")
         return swapped["crops"]  # type: ignore[no-any-return]
 
-    async def enhance(self, t: Timings, crops: np.ndarray, blend: float) -> np.ndarray:
-        enhanced = await self.call(t, "enhance", lambda: self.enhancer.enhance.remote(crops, blend))
+    async def enhance(self, t: Timings, crops: np.ndarray, blend: float, weight: float | None = None) -> np.ndarray:
+        enhanced = await self.call(t, "enhance", lambda: self.enhancer.enhance.remote(crops, blend, weight))
         self.record_batch("enhancer", enhanced)
         _failed(enhanced["error"], "enhancement")
         return enhanced["crops"]  # type: ignore[no-any-return]
@@ -186,17 +187,25 @@ class LocalStages:
         self.cfg = cfg
         self.swap_layout = swap_layout(cfg)
         self.enhance_layout = enhance_layout(cfg)
-        self._layouts: dict[FaceFusionOptions, tuple[EngineConfig, CropLayout]] = {NO_OPTIONS: (cfg, self.swap_layout)}
+        self._layouts: LockedLru[FaceFusionOptions, tuple[EngineConfig, CropLayout]] = LockedLru(
+            MAX_LAYOUTS, self._made)
+        self._layouts.get(NO_OPTIONS)
+
+    def _made(self, options: FaceFusionOptions) -> tuple[EngineConfig, CropLayout]:
+        if options == NO_OPTIONS:
+            return self.cfg, self.swap_layout
+        cfg = configured(self.cfg, options)
+        return cfg, swap_layout(cfg)
 
     def _configured(self, options: FaceFusionOptions) -> tuple[EngineConfig, CropLayout]:
-        """The config and swap crop of a request's options, made once per set of options (the last
-        :data:`MAX_LAYOUTS`)."""
-        if options not in self._layouts:
-            cfg = configured(self.cfg, options)
-            self._layouts[options] = (cfg, swap_layout(cfg))
-            while len(self._layouts) > MAX_LAYOUTS:
-                self._layouts.pop(next(iter(self._layouts)))
-        return self._layouts[options]
+        """The config and swap crop of a request's options, made once per set of options (the
+        :data:`MAX_LAYOUTS` most recently used kept; the ingress calls it from its event loop and
+        from worker threads at once)."""
+        return self._layouts.get(options)
+
+    def config(self, options: FaceFusionOptions) -> EngineConfig:
+        """The config a request's options make (the service's with them applied)."""
+        return self._configured(options)[0]
 
     def layout(self, options: FaceFusionOptions) -> CropLayout:
         """The swap crop a request's options ask for (box mask padding and blur, pixel boost)."""

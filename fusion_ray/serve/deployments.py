@@ -5,7 +5,8 @@
 - :class:`SwapperDeployment` (GPU when present): ``chain.swap`` with ``@serve.batch`` across
   concurrent requests (one backend call over every face of every request in the batch), and
   the ArcFace embedder with its own ``@serve.batch`` for source identities.
-- :class:`EnhancerDeployment` (GPU when present): ``chain.enhance`` with ``@serve.batch``.
+- :class:`EnhancerDeployment` (GPU when present): ``chain.enhance`` with ``@serve.batch`` (grouped by
+  the requests' enhancer weights).
 - :class:`ServiceStateDeployment` (one replica): the bounded source store and the merged metrics.
 
 Sessions are created in the replicas (``ModelSet.load``) with threads sized
@@ -31,6 +32,7 @@ from ray import serve
 from fusion_ray.config import EngineConfig
 from fusion_ray.core import chain, identity
 from fusion_ray.core.facebatch import NO_TRACK, FaceBatch, FrameBatch
+from fusion_ray.core.lru import LockedLru
 from fusion_ray.core.modelset import Component, ModelInfo, ModelSet
 from fusion_ray.core.redetect import CropBox, RoiResult, redetect
 from fusion_ray.core.sources import SourceStore
@@ -50,7 +52,7 @@ from fusion_ray.types import SourceIdentity
 log = logging.getLogger(__name__)
 
 MAX_SETUPS = 16
-"""Sets of request options whose steps a detector replica keeps made."""
+"""Sets of request options whose steps (a detector replica) or swap backend (a swapper replica) are kept made."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ class DetectorDeployment:
         loading = loaded_config(settings).in_ray_actor(settings.deployments.detector.num_gpus > 0)
         self.models = ModelSet.load(loading, components, cpu_budget=budget)
         self._canvases = DetectorCanvases(self.models.need_detector())
-        self._setups: dict[FaceFusionOptions, tuple[Tools, Chain]] = {}
+        self._setups: LockedLru[FaceFusionOptions, tuple[Tools, Chain]] = LockedLru(MAX_SETUPS, self._made)
         log.info("detector replica ready (cpu budget %s)", budget)
 
     def _detector(self, size: int | None, *, square: bool = False) -> ScrfdDetector:
@@ -112,16 +114,15 @@ class DetectorDeployment:
         return self._canvases.get(size, square=square)
 
     def _setup(self, options: FaceFusionOptions) -> tuple[Tools, Chain]:
-        """The tools and the steps before the swap under ``options`` (the target embedding for the
-        swapper weight is the fused placement's)."""
-        if options not in self._setups:
-            cfg = configured(self.cfg, options)
-            before = Chain.of(cfg).split("target_mask")[0]
-            self._setups[options] = (Tools(cfg, self.models),
-                                     Chain(tuple(s for s in before.steps if s.name != "target_embed")))
-            while len(self._setups) > MAX_SETUPS:
-                self._setups.pop(next(iter(self._setups)))
-        return self._setups[options]
+        """The tools and the steps before the swap under ``options``, made once per set of options
+        (the :data:`MAX_SETUPS` most recently used kept)."""
+        return self._setups.get(options)
+
+    def _made(self, options: FaceFusionOptions) -> tuple[Tools, Chain]:
+        """(The target embedding for the swapper weight is the fused placement's.)"""
+        cfg = configured(self.cfg, options)
+        before = Chain.of(cfg).split("target_mask")[0]
+        return Tools(cfg, self.models), Chain(tuple(s for s in before.steps if s.name != "target_embed"))
 
     def detect(self, frame: np.ndarray, mode: str, index: int, size: int | None = None,
                options: FaceFusionOptions = NO_OPTIONS) -> DetectReply:
@@ -162,6 +163,7 @@ class SwapperDeployment:
         components: list[Any] = ["swapper", "embedder"] if self.cfg.swap.swapper == "inswapper" else []
         self.models = ModelSet.load(self.cfg, components, cpu_budget=budget)
         self.backend = swap_backend(self.cfg, self.models)
+        self._backends: LockedLru[FaceFusionOptions, SwapBackend] = LockedLru(MAX_SETUPS, self._made_backend)
         _configure_batching(self._swap_batched, settings.batching.swap)  # type: ignore[misc]
         _configure_batching(self._embed_batched, settings.batching.embed)
         self.swap_wait = _adaptive(settings, settings.batching.swap)
@@ -201,6 +203,10 @@ class SwapperDeployment:
         return results
 
     def _backend(self, options: FaceFusionOptions) -> SwapBackend:
+        """The swap backend under ``options`` (made once per set of options, the most recent kept)."""
+        return self._backends.get(options)
+
+    def _made_backend(self, options: FaceFusionOptions) -> SwapBackend:
         if options == NO_OPTIONS:
             return self.backend
         return swap_backend(configured(self.cfg, options), self.models)
@@ -228,7 +234,8 @@ class SwapperDeployment:
 
 @serve.deployment(name="Enhancer")
 class EnhancerDeployment:
-    """GPU: batched GFPGAN over the faces of all requests in a batch; per-request blend after."""
+    """GPU: the batched enhancer over the faces of all requests in a batch (one call per enhancer weight
+    the requests ask); per-request blend after."""
 
     def __init__(self, settings: ServeSettings) -> None:
         cfg = settings.engine.in_ray_actor(settings.deployments.enhancer.num_gpus > 0)
@@ -237,29 +244,34 @@ class EnhancerDeployment:
         _configure_batching(self._enhance_batched, settings.batching.enhance)  # type: ignore[misc]
         self.enhance_wait = _adaptive(settings, settings.batching.enhance)
 
-    async def enhance(self, crops: np.ndarray, blend: float) -> dict[str, Any]:
-        """One request: its (n, 512, 512, 3) enhancer crops and blend -> enhanced, blended crops (batched)."""
+    async def enhance(self, crops: np.ndarray, blend: float, weight: float | None = None) -> dict[str, Any]:
+        """One request: its (n, 512, 512, 3) enhancer crops, blend and enhancer weight (None: the
+        service's) -> enhanced, blended crops (batched)."""
         _set_wait(self._enhance_batched, self.enhance_wait.arrival(time.monotonic()))  # type: ignore[misc]
-        return await self._enhance_batched(crops, blend)  # type: ignore[misc,call-arg,arg-type,no-any-return]
+        return await self._enhance_batched(crops, blend, weight)  # type: ignore[misc,call-arg,arg-type,no-any-return]
 
     @serve.batch  # type: ignore[arg-type]
     async def _enhance_batched(  # type: ignore[misc]
-        self, crops: list[np.ndarray], blends: list[float],
+        self, crops: list[np.ndarray], blends: list[float], weights: list[float | None],
     ) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self._enhance_batch, crops, blends)
+        return await asyncio.to_thread(self._enhance_batch, crops, blends, weights)
 
-    def _enhance_batch(self, crops: list[np.ndarray], blends: list[float]) -> list[dict[str, Any]]:
-        # The model runs at blend 1.0 (pure enhanced) over every face at once; each request's blend
-        # is applied after with the same blend_crops the engine uses, so results equal the engine's.
+    def _enhance_batch(self, crops: list[np.ndarray], blends: list[float],
+                       weights: list[float | None]) -> list[dict[str, Any]]:
+        # The model runs at blend 1.0 (pure enhanced), once per distinct weight over every face of the
+        # requests with it; each request's blend is applied after with the same blend_crops the
+        # engine uses, so results equal the engine's.
         start = time.perf_counter()
-        faces = _crops_batch(crops, [""] * len(crops))
-        enhanced = chain.enhance(self.models.need_enhancer(), faces, 1.0)
-        results: list[dict[str, Any]] = []
-        for i, original in enumerate(crops):
-            out = _crops_of(enhanced, i, original)
-            if len(original):
-                out = blend_crops(original, out, float(blends[i]))
-            results.append({"crops": out, "error": ""})
+        results: list[dict[str, Any]] = [{} for _ in crops]
+        for weight in dict.fromkeys(weights):
+            rows = [i for i, w in enumerate(weights) if w == weight]
+            faces = _crops_batch([crops[i] for i in rows], [""] * len(rows))
+            enhanced = chain.enhance(self.models.need_enhancer(), faces, 1.0, weight)
+            for k, i in enumerate(rows):
+                out = _crops_of(enhanced, k, crops[i])
+                if len(crops[i]):
+                    out = blend_crops(crops[i], out, float(blends[i]))
+                results[i] = {"crops": out, "error": ""}
         results[0]["batch"] = _batch_record(len(crops), sum(len(c) for c in crops), time.perf_counter() - start)
         return results
 

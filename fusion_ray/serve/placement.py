@@ -116,7 +116,8 @@ class SplitChain:
         with t.timed("paste"):
             out = await asyncio.to_thread(self.local.paste, request.frame, faces, swapped, enhance, request.options)
         if request.enhance_blend is not None:
-            enhanced = await self.downstream.enhance(t, out.faces.require_crops()[0], request.enhance_blend)
+            weight = self.local.config(request.options).enhance.weight
+            enhanced = await self.downstream.enhance(t, out.faces.require_crops()[0], request.enhance_blend, weight)
             with t.timed("paste_enhanced"):
                 out = await asyncio.to_thread(self.local.paste_enhanced, out, enhanced)
         return FrameDone(out.frames[0], detected, faces.landmarks_5, "", request.follower)

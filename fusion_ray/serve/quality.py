@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusion_ray.config import EngineConfig
+from fusion_ray.core.layout import source_crop_layout
 from fusion_ray.core.modelset import Component, mask_model_names, required_components
+from fusion_ray.core.steps import Chain
 from fusion_ray.errors import ConfigError
 from fusion_ray.facefusion_options import MODEL_MASKS, FaceFusionOptions, check_served, configured
 from fusion_ray.serve.limits import ApiError
@@ -62,17 +64,58 @@ def _check_points(options: FaceFusionOptions, cfg: EngineConfig) -> None:
     if options.pixel_boost is not None and cfg.swap.swapper == "classic":
         raise ApiError(422, "invalid_option", "face_swapper_pixel_boost is for model swappers; this service runs "
                        "the classic swapper")
+    _check_unused(options, cfg)
 
 
-def _check_split(options: FaceFusionOptions) -> None:
-    """The split placement runs the steps before the swap on the detector deployment, the swap on the
-    swapper's and pastes in the ingress, which loads no model: the region mask (a model on the
-    swapped crop) and the swapper weight (the target faces' embeddings) are the fused placement's."""
-    needs = [*(["face_mask_types region"] if "region" in (options.face_mask_types or ()) else []),
-             *(["face_swapper_weight"] if options.face_swapper_weight not in (None, 0.5) else [])]
+def _check_unused(options: FaceFusionOptions, cfg: EngineConfig) -> None:
+    """422 for an option the service's chain would accept and never use (FaceFusion ignores the
+    weight of a swapper given the source as an image silently; a request is told)."""
+    if options.face_swapper_weight not in (None, 0.5) and source_crop_layout(cfg) is not None:
+        runs = "the classic swapper" if cfg.swap.swapper == "classic" else \
+            f"{cfg.models.swapper}, which is given the source as an image"
+        raise ApiError(422, "invalid_option", "face_swapper_weight balances the source embedding against the "
+                       f"target's; this service runs {runs}: the weight would be unused")
+    if options.face_landmarker_score is not None and cfg.landmarker.model == "none":
+        raise ApiError(422, "invalid_option", "face_landmarker_score picks the 68-point landmarker's points over "
+                       "the detector's; this service runs face_landmarker_model 'none': the score would be unused")
+
+
+SPLIT_MISSING: dict[str, tuple[str, str]] = {
+    "region_mask": ("face_mask_types region", "engine.masks.types has region"),
+    "target_embed": ("face_swapper_weight", "engine.swap.weight is not 0.5"),
+}
+"""The chain's steps the split placement cannot run, by step: the option that asks for it, and the
+service setting that does. The split placement runs the steps before the swap on the detector
+deployment, the swap on the swapper's and pastes in the ingress, which loads no model: the region
+mask (a model on the swapped crop) and the swapper weight (the target faces' embeddings) are the
+fused placement's."""
+
+
+def not_in_split(cfg: EngineConfig) -> list[tuple[str, str]]:
+    """The (option, setting) pairs of :data:`SPLIT_MISSING` whose steps ``cfg``'s chain runs."""
+    names = Chain.of(cfg).names
+    return [why for step, why in SPLIT_MISSING.items() if step in names]
+
+
+def _check_split(cfg: EngineConfig) -> None:
+    """422 when a request's resulting config (the service's with its options) runs a step the split
+    placement cannot run."""
+    needs = [option for option, _ in not_in_split(cfg)]
     if needs:
         raise ApiError(422, "not_in_placement", f"{', '.join(needs)}: not available in this service's split "
                        "placement (the fused placement runs it)")
+
+
+def check_placement(settings: ServeSettings) -> None:
+    """ConfigError at the service's start when its placement is split and its own engine config
+    runs a step the split placement cannot run (every request would run it)."""
+    if settings.placement != "split":
+        return
+    needs = [setting for _, setting in not_in_split(settings.engine)]
+    if needs:
+        raise ConfigError(f"{' and '.join(needs)}: the split placement cannot run it (the region mask and the "
+                          "swapper weight run in the fused placement); use placement fused or change the engine "
+                          "config")
 
 
 def request_quality(options: FaceFusionOptions, settings: ServeSettings, *, enhancer: bool,
@@ -90,12 +133,13 @@ def request_quality(options: FaceFusionOptions, settings: ServeSettings, *, enha
     if wants and not enhancer:
         raise ApiError(422, "enhance_unavailable", "this service runs without the enhancer")
     _check_points(options, cfg)
-    if placement == "split":
-        _check_split(options)
     try:
-        models = quality_models(configured(cfg, options))
+        resulting = configured(cfg, options)
     except ConfigError as exc:
         raise ApiError(422, "invalid_option", str(exc)) from exc
+    if placement == "split":
+        _check_split(resulting)
+    models = quality_models(resulting)
     if not wants:
         return RequestQuality(options, None, models)
     if options.face_enhancer_blend is not None:

@@ -144,3 +144,24 @@ def test_options_that_make_an_invalid_config_fail_their_frame_only(engine, photo
     assert "pixel boost" in done[0].error and done[0].faces_swapped == 0
     assert np.array_equal(done[0].frame, photos["biden"])
     assert done[1].error == "" and done[1].faces_swapped == 1
+
+
+def test_a_frames_enhancer_weight_reaches_the_enhancer(rows_models_config, photos):
+    """face_enhancer_weight per request: the codeformer STAND-IN (labelled, not a real model; its
+    output moves with its weight input) enhances with the request's weight, in the fused chain
+    and in the engine configured with it (the inline path), not the weight it was loaded with."""
+    from fusion_ray.facefusion_options import FaceFusionOptions, configured
+
+    cfg = EngineConfig(models=rows_models_config.model_copy(update={"enhancer": "codeformer"}),
+                       runtime=RuntimeConfig(providers=["cpu"]), swap=SwapConfig(swapper="classic"))
+    engine = Engine.load(cfg, components=["detector", "enhancer"], cpu_budget=1)
+    obama = engine.prepare_source([photos["obama"]])
+    heavy = FaceFusionOptions(face_enhancer_weight=0.9)
+    jobs = [FrameJob(FrameRequest(photos["biden"], chain.Selection("all"), enhance_blend=1.0, options=o), "o", obama)
+            for o in (FaceFusionOptions(), heavy)]
+    plain, weighted = FrameChain(cfg, engine.models).run(jobs)
+    assert plain.error == weighted.error == "" and plain.faces_swapped == weighted.faces_swapped == 1
+    assert not np.array_equal(plain.frame, weighted.frame)  # the weight changed the enhanced face
+    enhanced = configured(cfg, heavy).model_copy(update={"enhance": EnhanceConfig(enabled=True, blend=1.0, weight=0.9)})
+    inline = Engine(enhanced, engine.models).process_frame(photos["biden"], obama)
+    assert np.array_equal(inline.frame, weighted.frame)

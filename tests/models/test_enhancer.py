@@ -66,7 +66,8 @@ def test_a_weight_per_call_and_the_blend() -> None:
     crops = np.random.default_rng(6).integers(0, 256, (1, 512, 512, 3), dtype=np.uint8)
     full = enhancer.enhance(crops, 1.0, weight=0.2)
     assert session.calls[-1][0]["weight"].tolist() == [0.2]
-    assert np.array_equal(enhancer.enhance(crops, 0.8), blend_crops(crops, full, 0.8))  # 80% over the original
+    assert np.array_equal(enhancer.enhance(crops, 0.8, weight=0.2), blend_crops(crops, full, 0.8))  # 80% over
+    assert not np.array_equal(enhancer.enhance(crops, 1.0), full)  # the stand-in's output moves with the weight
     assert session.calls[-1][0]["weight"].tolist() == [0.5]  # the one given at construction
 
 

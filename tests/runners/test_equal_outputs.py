@@ -12,7 +12,8 @@ video frames are encoded segment by segment as the job's writers do. To add a ru
 ``Runner`` to ``RUNNERS``; to add an input, a ``Case``.
 
 Ray and Serve use the session's one Ray (``ray_cluster``); the Serve apps (one per placement and
-engine config) are deployed once for the module on one Serve instance.
+engine config) are deployed once for the module on one Serve instance. A mask case's app runs its
+masks as the service's own settings (its landmarker and allowed mask models loaded at start).
 
 The classic swapper (the one real swap here) and the real SCRFD detector.
 """
@@ -33,6 +34,7 @@ import requests
 
 from fusion_ray.config import MaskConfig
 from fusion_ray.engine import Engine
+from fusion_ray.facefusion_options import MODEL_MASKS
 from fusion_ray.imageio import read_image
 from fusion_ray.live.client import register_source, run_stream
 from fusion_ray.live.sources import JpegClip
@@ -143,7 +145,8 @@ def serve_apps(ray_cluster) -> Iterator[Callable[[str, dict], str]]:
             if placement in deployed:
                 serve.delete(deployed[placement][1])
             count += 1
-            args = {"placement": placement, "engine": engine,
+            models = [kind for kind in MODEL_MASKS if kind in engine["masks"]["types"]]
+            args = {"placement": placement, "engine": engine, "limits": {"mask_models_allowed": models},
                     "deployments": {"ingress": {"num_cpus": 0.05}, "detector": {"num_cpus": 0.05},
                                     "swapper": {"num_cpus": 0.05}, "fused": {"num_cpus": 0.05, "cpu_budget": 1},
                                     "enhancer_enabled": False, "state": {"num_cpus": 0.05}},
@@ -216,11 +219,9 @@ RUNNERS: dict[str, Runner] = {
 def _runs(case: Case, runner: str) -> bool:
     if case.tracking:  # the engine does not track; Serve tracks only live streams, over time
         return runner in ("local", "ray")
-    # Serve not yet with masks: its deployments load only the detector, swapper, embedder and
-    # enhancer (serve/fused.py, serve/deployments.py), not the chain's landmarker, occluder or
-    # parser: /v1/swap answers 500 stage_failed with issue 18's masks. Drop this when they load
-    # Chain.components.
-    return case.masks is None or not runner.startswith("serve")
+    # The split placement cannot run the region mask (a model on the swapped crop; its ingress loads
+    # none): a split service whose engine asks for it does not start (serve/quality.py).
+    return not (runner.startswith("serve split") and case.masks is not None and "region" in case.masks.types)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -93,3 +93,26 @@ def test_a_crop_fed_rows_identity_is_cut_by_the_detector_and_kept_by_the_embed_b
     assert identity.crop is not None and np.array_equal(identity.crop, face.swap_crop)
     swap_backend(cfg, swapper).check_identity(identity)
     assert swapper.need_swap_model() is swapper.swapper
+
+
+def test_an_enhance_batch_runs_each_request_at_its_own_enhancer_weight(rows_models_config):
+    """Split: the enhancer deployment groups a batch by the requests' enhancer weights (the codeformer
+    STAND-IN, labelled, not a real model, whose output moves with its weight input)."""
+    from fusion_ray.core import chain
+    from fusion_ray.models.enhancer import blend_crops
+    from fusion_ray.serve.deployments import EnhancerDeployment, _crops_batch
+
+    models = rows_models_config.model_copy(update={"enhancer": "codeformer"})
+    settings = ServeSettings.model_validate({"engine": {"models": models.model_dump(mode="json"),
+                                                        "runtime": {"providers": ["cpu"]}}})
+    enhancer = EnhancerDeployment.func_or_class(settings)
+    rng = np.random.default_rng(1)
+    crops = [rng.integers(0, 256, (n, 512, 512, 3), np.uint8) for n in (1, 2, 1)]
+    weights = [None, 0.9, 0.1]
+    results = enhancer._enhance_batch(crops, [1.0, 0.8, 1.0], weights)
+    for crop, blend, weight, result in zip(crops, [1.0, 0.8, 1.0], weights, results, strict=True):
+        full = chain.enhance(enhancer.models.need_enhancer(), _crops_batch([crop], [""]), 1.0, weight).crop
+        assert result["error"] == "" and np.array_equal(result["crops"], blend_crops(crop, full, blend))
+    at_service_weight = enhancer._enhance_batch([crops[2]], [1.0], [None])[0]["crops"]
+    assert not np.array_equal(results[2]["crops"], at_service_weight)  # the request's weight was used
+    assert results[0]["batch"]["requests"] == 3

@@ -85,6 +85,33 @@ def test_options_the_service_cannot_run_are_422():
     assert err.value.code == "enhance_unavailable"
 
 
+def test_a_classic_service_takes_its_own_swapper_named():
+    classic = settings(engine={"swap": {"swapper": "classic"}})
+    assert ask({"face_swapper_model": "classic"}, classic).options.face_swapper_model == "classic"
+    with pytest.raises(ApiError) as err:
+        ask({"face_swapper_model": "classic"})
+    assert err.value.code == "model_not_served" and "this service runs 'inswapper_128'" in err.value.detail
+
+
+@pytest.mark.parametrize(("engine", "options", "words"), [
+    ({"swap": {"swapper": "classic"}}, {"face_swapper_weight": 0.8}, "runs the classic swapper"),
+    ({"models": {"swapper": "uniface_256"}}, {"face_swapper_weight": 0.2}, "uniface_256, which is given the source as an image"),
+    ({"models": {"swapper": "blendswap_256"}}, {"face_swapper_weight": 1.0}, "blendswap_256"),
+    ({}, {"face_landmarker_score": 0.3}, "face_landmarker_model 'none'"),
+])
+def test_an_option_the_service_would_not_use_is_422_naming_why(engine, options, words):
+    service = settings(engine=engine)
+    with pytest.raises(ApiError) as err:
+        ask(options, service)
+    assert err.value.code == "invalid_option" and words in err.value.detail and "unused" in err.value.detail
+    ask({"face_swapper_weight": 0.5}, service)  # FaceFusion's default changes nothing: accepted
+
+
+def test_the_weight_and_the_score_are_taken_where_they_are_used():
+    ask({"face_swapper_weight": 0.8})  # inswapper_128 (an embedding-fed swapper)
+    ask({"face_landmarker_score": 0.3}, settings(engine={"landmarker": {"model": "dlib_68"}}))
+
+
 @pytest.mark.parametrize("options", [{"face_mask_types": ["box", "region"]}, {"face_swapper_weight": 0.8}])
 def test_the_split_placement_refuses_what_needs_a_model_after_the_swap_or_the_targets_embedding(options):
     service = settings(engine={"landmarker": {"model": "dlib_68"}}, limits={"mask_models_allowed": ["region"]})
@@ -94,6 +121,31 @@ def test_the_split_placement_refuses_what_needs_a_model_after_the_swap_or_the_ta
     assert err.value.code == "not_in_placement" and next(iter(options)) in err.value.detail
     ask({"face_mask_types": "box area", "mouth_mask": True, "face_landmarker_score": 0.3, "face_mask_padding": [10],
          "face_swapper_pixel_boost": 256}, service, placement="split")
+
+
+@pytest.mark.parametrize(("engine", "option"), [({"masks": {"types": ["box", "region"]}}, "face_mask_types region"),
+                                                ({"swap": {"weight": 0.8}}, "face_swapper_weight")])
+def test_the_split_placement_checks_the_resulting_config_not_only_the_options(engine, option):
+    """The service's own region mask or swapper weight, on a request that gives no option: the split
+    placement would drop it silently."""
+    service = settings(engine=engine, limits={"mask_models_allowed": ["region"]})
+    ask({}, service, placement="fused")
+    with pytest.raises(ApiError) as err:
+        ask({}, service, placement="split")
+    assert err.value.code == "not_in_placement" and option in err.value.detail
+
+
+@pytest.mark.parametrize(("engine", "setting"), [({"masks": {"types": ["box", "region"]}}, "engine.masks.types has region"),
+                                                 ({"swap": {"weight": 0.8}}, "engine.swap.weight is not 0.5")])
+def test_a_split_service_whose_engine_asks_for_what_split_cannot_run_does_not_start(engine, setting):
+    from fusion_ray.serve.app import build_app
+
+    args = {"auth": {"token_env": None}, "engine": engine, "limits": {"mask_models_allowed": ["region"]}}
+    with pytest.raises(ConfigError, match=f"{setting}: the split placement cannot run it"):
+        build_app({**args, "placement": "split"})
+    build_app({**args, "placement": "fused"})
+    build_app({"auth": {"token_env": None}, "placement": "split",  # a classic swap runs no weight step
+               "engine": {"swap": {"swapper": "classic", "weight": 0.8}}})
 
 
 def test_the_services_defaults_must_be_within_its_caps():
