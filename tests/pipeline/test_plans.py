@@ -35,10 +35,10 @@ def test_a_retried_post_counts_once(board):
 def test_polling_brings_plans_of_items_without_frames(board):
     """An item with nothing to decode (resumed, refused) never shows up in an output batch: the
     driver polls for its plan every ``poll_s``."""
-    inbox = PlanInbox(board, poll_s=0.3)
     PostPlans(board)([(4, pack("resumed"))])
+    inbox = PlanInbox(board, poll_s=1.0)
     assert inbox.take(now=False) == []  # within poll_s of the last look: the board is not asked
-    time.sleep(0.35)
+    time.sleep(1.05)
     assert inbox.take(now=False) == [(4, "resumed")]
 
 
