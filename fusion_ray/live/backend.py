@@ -31,8 +31,8 @@ class StreamRefused(FusionRayError):
 class FramePlan:
     """How to process one frame, decided by the stream's degradation level.
 
-    ``costly``: keep the stream's model masks (occlusion, region) and pixel boost (off from
-    level 1). ``enhance``: run the enhancer (asked for by the client and allowed by the level,
+    ``costly``: keep the stream's model masks (occlusion, region) and pixel boost, from its options
+    or its host's config (off from level 1). ``enhance``: run the enhancer (asked for by the client and allowed by the level,
     off from level 2). ``landmarks`` not None: skip detection and swap the faces at these
     (N, 5, 2) landmarks (the last detected ones, level 3). ``detector_size`` not None: detect
     on this smaller canvas (level 4).
@@ -72,6 +72,12 @@ class FrameProcessor(Protocol):
 
     @property
     def stand_in_models(self) -> list[str]: ...
+
+    @property
+    def costly(self) -> bool:
+        """Whether the stream's configuration (its options over its host's config) runs a model mask
+        or a pixel boost (:func:`~fusion_ray.live.ladder.is_costly`); False: level 1 is skipped."""
+        ...
 
     async def process(self, frame: Frame, plan: FramePlan) -> Processed: ...
 

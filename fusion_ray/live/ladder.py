@@ -1,9 +1,10 @@
 """The degradation ladder: pure functions over a stream's recent health, with hysteresis.
 
 Levels (cumulative; a level left out of ``allowed_levels`` is skipped and never applied):
-0 normal, 1 model masks (occlusion, region: a model call per face) and the stream's pixel boost
-off, 2 enhancer off, 3 detection on every k-th frame reusing the last landmarks in between,
-4 a smaller detector canvas, 5 lower JPEG quality. A stream *degrades* one level
+0 normal, 1 model masks (occlusion, region: a model call per face) and pixel boost off (whether
+the start message, the command line or the host's defaults set them), 2 enhancer off,
+3 detection on every k-th frame reusing the last landmarks in between, 4 a smaller detector
+canvas, 5 lower JPEG quality. A stream *degrades* one level
 after its windows were unhealthy (drop rate or p99 latency over the degrade thresholds) for
 ``degrade_after_s`` in a row, and *recovers* one level after they were healthy (both under the
 lower recover thresholds) for the longer ``recover_after_s``. Windows in between reset both
@@ -12,11 +13,12 @@ timers; windows without frames change nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
-from fusion_ray.facefusion_options import MODEL_MASKS, FaceFusionOptions
+from fusion_ray.config import EngineConfig
+from fusion_ray.core.layout import swapper_spec
+from fusion_ray.facefusion_options import MODEL_MASKS, FaceFusionOptions, configured
 from fusion_ray.live.config import LadderConfig
 
 Verdict = Literal["unhealthy", "healthy", "neutral", "idle"]
@@ -99,10 +101,24 @@ def degradation(level: int, cfg: LadderConfig) -> Degradation:
     )
 
 
-def without_costly(options: FaceFusionOptions, mask_types: Sequence[str]) -> FaceFusionOptions:
-    """``options`` at level 1: no model masks (occlusion, region) among their mask types (``mask_types``
-    when they give none: the host's default; the box mask when none is left) and no pixel boost of
-    their own (the host's default size)."""
-    types = options.face_mask_types if options.face_mask_types is not None else tuple(mask_types)
-    kept = tuple(t for t in types if t not in MODEL_MASKS) or ("box",)
-    return options.model_copy(update={"face_mask_types": kept, "face_swapper_pixel_boost": None})
+def is_costly(cfg: EngineConfig) -> bool:
+    """Whether ``cfg`` (a stream's options over its host's config) runs a model mask (occlusion,
+    region) or a pixel boost over the swap model's own size: what level 1 turns off (a stream
+    without either skips it)."""
+    if set(MODEL_MASKS) & set(cfg.masks.types):
+        return True
+    return cfg.swap.pixel_boost is not None and cfg.swap.pixel_boost > swapper_spec(cfg).crop_size
+
+
+def without_costly(options: FaceFusionOptions, base: EngineConfig) -> FaceFusionOptions:
+    """``options`` at level 1, whatever set the costly parts (the options, or ``base``: the host's
+    config, from its command line or its defaults): the mask types of ``options`` over ``base``
+    without the model masks (occlusion, region; the box mask when none is left), and a pixel boost
+    of the swap model's own size when a boost is configured (None would mean ``base``'s boost)."""
+    cfg = configured(base, options)
+    kept = tuple(t for t in cfg.masks.types if t not in MODEL_MASKS) or ("box",)
+    update: dict[str, Any] = {"face_mask_types": kept}
+    if cfg.swap.pixel_boost is not None:
+        size = swapper_spec(cfg).crop_size
+        update["face_swapper_pixel_boost"] = f"{size}x{size}"
+    return options.model_copy(update=update)

@@ -22,7 +22,7 @@ from fusion_ray.live.backend import FramePlan, Processed, SourceStatus, StreamRe
 from fusion_ray.live.config import LiveConfig
 from fusion_ray.live.follow import StreamFollower
 from fusion_ray.live.hub import LiveHub
-from fusion_ray.live.ladder import without_costly
+from fusion_ray.live.ladder import is_costly, without_costly
 from fusion_ray.live.protocol import CLOSE_POLICY, CLOSE_UNSUPPORTED, StartMessage
 from fusion_ray.types import Frame, SourceIdentity, check_frame
 
@@ -92,7 +92,8 @@ class EngineStreamProcessor:
         self.identity = identity
         self.start = start
         self.options = start.facefusion
-        self.light = without_costly(self.options, self.engine.cfg.masks.types)
+        self.costly = is_costly(configured(self.engine.cfg, self.options))
+        self.light = without_costly(self.options, self.engine.cfg)
         blend = start.face_enhancer_blend
         self.blend = blend / 100 if blend is not None else self.engine.cfg.enhance.blend
         enhancer = [self.engine.cfg.models.enhancer] if start.wants_enhancer else []

@@ -32,7 +32,7 @@ import pydantic_core
 from pydantic import ConfigDict, Field, ValidationError
 
 from fusion_ray.errors import InputError
-from fusion_ray.facefusion_options import MODEL_MASKS, FaceFusionOptions
+from fusion_ray.facefusion_options import FaceFusionOptions
 
 HEADER = struct.Struct(">Id")
 HEADER_SIZE = HEADER.size  # 12
@@ -87,11 +87,6 @@ class StartMessage(FaceFusionOptions):
     def wants_enhancer(self) -> bool:
         """``enhance``, or FaceFusion's enhancer options (naming the model or a blend ask for it)."""
         return self.enhance or self.face_enhancer_model is not None or self.face_enhancer_blend is not None
-
-    @property
-    def costly(self) -> bool:
-        """Whether it asks for a model mask (occlusion, region) or a pixel boost: what the ladder drops first."""
-        return self.face_swapper_pixel_boost is not None or bool(set(MODEL_MASKS) & set(self.face_mask_types or ()))
 
 
 def parse_start(text: str | bytes) -> StartMessage:

@@ -112,9 +112,9 @@ class Stream:
         self.on_outcome = on_outcome
         self.clock = clock
         self.deadline_ms = start.deadline_ms if start.deadline_ms is not None else cfg.deadline_ms
-        # A stream without model masks or pixel boost of its own skips level 1, one without the
-        # enhancer level 2 (turning them off would change nothing).
-        skip = {lv for lv, used in ((1, start.costly), (2, start.wants_enhancer)) if not used}
+        # A stream whose configuration (its options over the host's) has no model mask or pixel
+        # boost skips level 1, one without the enhancer level 2 (turning them off would change nothing).
+        skip = {lv for lv, used in ((1, processor.costly), (2, start.wants_enhancer)) if not used}
         levels = tuple(lv for lv in cfg.ladder.allowed_levels if lv not in skip)
         self.ladder_cfg = cfg.ladder.model_copy(update={"allowed_levels": levels})
         self.counters = StreamCounters(window=cfg.latency_window)

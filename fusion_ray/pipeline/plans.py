@@ -12,15 +12,19 @@ first frame: a planning task waits for one actor call (a few ms) per chunk of it
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from fusion_ray.pipeline.items import ItemInfo
 from fusion_ray.pipeline.reading import unpack
+
+log = logging.getLogger(__name__)
 
 
 class PlanBoard:
@@ -44,8 +48,11 @@ class PlanBoard:
 
 
 def start_board() -> Any:
-    """A plan board for one group's run (no CPU: it only holds the compact plans)."""
-    return ray.remote(PlanBoard).options(num_cpus=0).remote()  # type: ignore[attr-defined]
+    """A plan board for one group's run (no CPU: it only holds the compact plans), on the driver's
+    node (not soft): the loss of a worker node cannot take it, and with it every later planning
+    task's post, down."""
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return ray.remote(PlanBoard).options(num_cpus=0, scheduling_strategy=here).remote()  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -75,4 +82,9 @@ class PlanInbox:
         return [(n, unpack(info)) for n, info in ray.get(self.board.take.remote())]
 
     def close(self) -> None:
-        ray.kill(self.board)
+        """Stop the board; a failure to stop it is logged, never raised (it must not hide the error
+        the run is being cleaned up after)."""
+        try:
+            ray.kill(self.board)
+        except Exception as exc:
+            log.warning("cannot stop the plan board: %s: %s", type(exc).__name__, exc)

@@ -83,12 +83,14 @@ class GroupRun(GroupBook):
             self._collect(block=True)
             self.fail_incomplete()
         finally:
-            self.report.frames += self.done_frames
-            self._wait_for_joins()
-            self._stop_animations()
-            cleanup(self.open_segments(), self.writers)
-            if self.plans is not None:
-                self.plans.close()
+            try:  # the board first: a failure of a later step cannot leak it
+                if self.plans is not None:
+                    self.plans.close()
+            finally:
+                self.report.frames += self.done_frames
+                self._wait_for_joins()
+                self._stop_animations()
+                cleanup(self.open_segments(), self.writers)
 
     def _start_writers(self) -> None:
         pipeline = self.ctx.cfg.pipeline

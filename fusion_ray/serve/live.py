@@ -12,7 +12,7 @@ dropping, deadlines, ordering, the ladder, stats.
 
 A stream's start message carries FaceFusion's options (checked against the service's models and
 caps as a form's are, :mod:`fusion_ray.serve.quality`); from degradation level 1 its frames run
-without model masks and its pixel boost. At level 3 a stream detects on every k-th frame only; in between, its follower
+without model masks and pixel boost, whether its options or the service's engine set them. At level 3 a stream detects on every k-th frame only; in between, its follower
 (:mod:`fusion_ray.live.follow`, held here, per stream) predicts each face and the detector
 re-detects it on a small crop, several times cheaper than the whole frame. The fused placement
 carries the follower to its replica with the frame and sends it back updated.
@@ -25,9 +25,10 @@ from dataclasses import dataclass
 
 from fusion_ray.core import chain
 from fusion_ray.core.provenance import Provenance
+from fusion_ray.facefusion_options import configured
 from fusion_ray.live.backend import FramePlan, Processed, SourceStatus, StreamRefused
 from fusion_ray.live.follow import StreamFollower
-from fusion_ray.live.ladder import without_costly
+from fusion_ray.live.ladder import is_costly, without_costly
 from fusion_ray.live.protocol import CLOSE_POLICY, CLOSE_UNSUPPORTED, StartMessage
 from fusion_ray.serve.limits import ApiError, clip
 from fusion_ray.serve.metrics import MetricsRecorder
@@ -96,7 +97,8 @@ class ServeStreamProcessor:
         self.runner: ServeChain = route.chain
         self.metrics = route.metrics
         self.quality = quality
-        self.light = without_costly(quality.options, route.settings.engine.masks.types)
+        self.costly = is_costly(configured(route.settings.engine, quality.options))
+        self.light = without_costly(quality.options, route.settings.engine)
         self.identity = identity
         self.start = start
         self.key = f"stream_{start.source_id}"

@@ -84,4 +84,5 @@ def test_facefusion_options_travel_in_the_start_message():
     start = live._start(args, "src")
     assert start["face_mask_types"] == ["box", "occlusion"] and "mouth_mask" not in start
     message = parse_start(json.dumps(start))
-    assert message.costly and message.face_mask_padding == (10, 20)
+    assert message.face_mask_types == ("box", "occlusion") and message.face_swapper_pixel_boost == "256x256"
+    assert message.face_mask_padding == (10, 20)

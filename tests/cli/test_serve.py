@@ -8,8 +8,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
 
 DRAIN_S = 0.5
 MARGIN_S = 2.0
@@ -62,3 +66,27 @@ def test_the_stop_ends_within_its_bound_whatever_hangs_and_says_so_in_its_status
 def test_a_stop_where_nothing_hangs_exits_0():
     proc, _ = _stop("none")  # (the stand-in has no application to tell: a step that raised has ended)
     assert proc.returncode == 0 and "exiting now" not in proc.stderr, proc.stderr
+
+
+def test_cli_overlays_model_paths(tmp_path):
+    from fusion_ray.cli import build_parser
+    from fusion_ray.cli.serve import app_args_from_cli
+
+    config = yaml.safe_load((REPO / "configs" / "serve.yaml").read_text())
+    path = tmp_path / "serve.yaml"
+    path.write_text(yaml.safe_dump(config))
+    args = build_parser().parse_args(["serve", "--config", str(path), "--models-dir", "/m",
+                                      "--model", "scrfd_2.5g=/x/scrfd.onnx", "--port", "9001"])
+    data, app, _ = app_args_from_cli(args)
+    assert data["engine"]["models"]["models_dir"] == "/m"
+    assert data["engine"]["models"]["paths"] == {"scrfd_2.5g": "/x/scrfd.onnx"}
+    assert app["name"] == "fusion_ray" and args.port == 9001
+    load_args = build_parser().parse_args(["serve-load", "--config", str(path), "--target", "t.jpg",
+                                           "--source", "s.jpg"])
+    assert load_args.concurrency == "1,8,32" and load_args.batch_sizes == "8,1"
+
+
+def test_the_packaged_default_config_equals_configs_serve_yaml():
+    from fusion_ray.cli.serve import default_config
+
+    assert default_config().read_bytes() == (REPO / "configs" / "serve.yaml").read_bytes()

@@ -72,11 +72,14 @@ class MemoryTransport:
 
 
 class ScriptedProcessor:
-    """Takes ``delay(seq)`` seconds, inverts the frame, reports one face; records every plan."""
+    """Takes ``delay(seq)`` seconds, inverts the frame, reports one face; records every plan.
+    ``costly``: whether its configuration has model masks or a pixel boost (level 1 changes it)."""
 
-    def __init__(self, delay: Callable[[int], float] = lambda seq: 0.0, fail: set[int] | None = None) -> None:
+    def __init__(self, delay: Callable[[int], float] = lambda seq: 0.0, fail: set[int] | None = None,
+                 costly: bool = False) -> None:
         self.delay = delay
         self.fail = fail or set()
+        self.costly = costly
         self.plans: list[FramePlan] = []
         self.stand_in_models: list[str] = []
 

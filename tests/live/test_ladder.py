@@ -2,13 +2,15 @@
 
 import pytest
 
-from fusion_ray.facefusion_options import FaceFusionOptions
+from fusion_ray.config import EngineConfig
+from fusion_ray.facefusion_options import FaceFusionOptions, configured
 from fusion_ray.live.config import LEVEL_NAMES, LadderConfig
 from fusion_ray.live.ladder import (
     Degradation,
     Health,
     LadderState,
     degradation,
+    is_costly,
     step,
     verdict,
     without_costly,
@@ -92,20 +94,42 @@ def test_level_names_start_with_the_model_masks():
     assert LEVEL_NAMES[:3] == ("normal", "masks_off", "enhancer_off") and len(LEVEL_NAMES) == 6
 
 
-@pytest.mark.parametrize(("options", "defaults", "types"), [
-    # The request's own mask types without the model masks; its pixel boost gone.
-    ({"face_mask_types": "box occlusion region", "face_swapper_pixel_boost": "512x512"}, ["box"], ("box",)),
-    ({"face_mask_types": "area region"}, ["box"], ("area",)),
-    ({"face_mask_types": "occlusion"}, ["box"], ("box",)),  # nothing left: the box mask
-    # No types of its own: the host's default types without the model masks.
-    ({"face_swapper_pixel_boost": "256x256"}, ["box", "occlusion"], ("box",)),
-    ({}, ["box", "area"], ("box", "area")),
+def _base(types: tuple[str, ...] = ("box",), boost: int | None = None) -> EngineConfig:
+    """A host's engine config (its defaults, or its command line) with these mask types and pixel boost."""
+    return EngineConfig.model_validate({"masks": {"types": list(types)}, "swap": {"pixel_boost": boost},
+                                        "landmarker": {"model": "2dfan4"}})
+
+
+@pytest.mark.parametrize(("options", "base", "types", "boost"), [
+    # The request's own mask types without the model masks; its pixel boost down to the model's size (128).
+    ({"face_mask_types": "box occlusion region", "face_swapper_pixel_boost": "512x512"}, _base(), ("box",), "128x128"),
+    ({"face_mask_types": "area region"}, _base(), ("area",), None),
+    ({"face_mask_types": "occlusion"}, _base(), ("box",), None),  # nothing left: the box mask
+    # No options of its own: the host's model masks and pixel boost go too (None would keep the host's boost).
+    ({}, _base(("box", "occlusion"), boost=256), ("box",), "128x128"),
+    ({}, _base(("box", "area")), ("box", "area"), None),
+    ({"face_mask_types": "box"}, _base(("box", "region"), boost=512), ("box",), "128x128"),
 ])
-def test_without_costly_drops_the_model_masks_and_the_pixel_boost(options, defaults, types):
+def test_without_costly_drops_the_model_masks_and_the_pixel_boost(options, base, types, boost):
     given = FaceFusionOptions.model_validate({**options, "face_mask_blur": 0.5})
-    light = without_costly(given, defaults)
-    assert light.face_mask_types == types and light.face_swapper_pixel_boost is None
+    light = without_costly(given, base)
+    assert light.face_mask_types == types and light.face_swapper_pixel_boost == boost
     assert light.face_mask_blur == 0.5  # the rest is kept
+    light_cfg = configured(base, light)
+    assert light_cfg.swap.pixel_boost in (None, 128) and not is_costly(light_cfg)
+
+
+@pytest.mark.parametrize(("options", "base", "costly"), [
+    ({}, _base(), False),
+    ({}, _base(("box", "occlusion")), True),  # a service default with a model mask
+    ({}, _base(boost=256), True),  # a pixel boost on the command line
+    ({}, _base(boost=128), False),  # the model's own size: nothing to turn off
+    ({"face_mask_types": "box"}, _base(("box", "occlusion")), False),
+    ({"face_swapper_pixel_boost": "256"}, _base(), True),
+    ({"face_mask_types": "area region"}, _base(), True),
+])
+def test_is_costly_looks_at_the_resulting_config(options, base, costly):
+    assert is_costly(configured(base, FaceFusionOptions.model_validate(options))) is costly
 
 
 @pytest.mark.parametrize("bad", [{"allowed_levels": (1, 2)}, {"allowed_levels": (0, 6)}, {"allowed_levels": (0, 2, 1)},

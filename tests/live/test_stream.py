@@ -191,7 +191,7 @@ def test_the_ladder_degrades_a_stream_that_cannot_keep_up():
     conn, _, _ = run_stream(cfg, processor, script, start='{"source_id": "src", "enhance": true}')
     levels = [s["level"] for s in conn.events("stats")]
     assert levels == sorted(levels) and levels[-1] >= 4
-    assert 1 not in levels  # no model masks or pixel boost to drop: level 1 is skipped
+    assert 1 not in levels  # no model masks or pixel boost in the processor's config: level 1 is skipped
     assert processor.plans[0].enhance is True and processor.plans[-1].enhance is False
     level3 = [p for p in processor.plans if p.level >= 3]
     assert any(p.landmarks is not None for p in level3) and any(p.landmarks is None for p in level3)
@@ -200,7 +200,9 @@ def test_the_ladder_degrades_a_stream_that_cannot_keep_up():
 
 def test_the_ladder_drops_model_masks_and_pixel_boost_before_the_enhancer():
     """Level 1 (masks_off, named in the stats events): the stream's frames are planned without its
-    model masks and pixel boost while the enhancer still runs; level 2 then turns the enhancer off."""
+    model masks and pixel boost while the enhancer still runs; level 2 then turns the enhancer off.
+    The start message asks for neither: the host's config has them (a service default of occlusion
+    masks, a pixel boost on the command line), and the stream does not skip level 1."""
     async def script(conn):
         for seq in range(40):
             conn.send(frame_message(seq))
@@ -209,10 +211,8 @@ def test_the_ladder_drops_model_masks_and_pixel_boost_before_the_enhancer():
 
     ladder = LadderConfig(allowed_levels=(0, 1, 2), degrade_after_s=0.05, recover_after_s=10.0)
     cfg = LiveConfig(stats_interval_s=0.05, ladder=ladder)
-    processor = ScriptedProcessor(delay=lambda seq: 0.04)
-    start = ('{"source_id": "src", "enhance": true, "face_mask_types": ["box", "occlusion"], '
-             '"face_swapper_pixel_boost": "256x256"}')
-    conn, _, _ = run_stream(cfg, processor, script, start=start)
+    processor = ScriptedProcessor(delay=lambda seq: 0.04, costly=True)
+    conn, _, _ = run_stream(cfg, processor, script, start='{"source_id": "src", "enhance": true}')
     names = [(s["level"], s["level_name"]) for s in conn.events("stats")]
     assert (1, "masks_off") in names and names[-1] == (2, "enhancer_off")
     assert processor.plans[0].costly is True and processor.plans[0].enhance is True

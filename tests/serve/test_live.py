@@ -38,7 +38,8 @@ class EchoChain:
         return {}
 
 
-def route(chain: EchoChain, *, enhancer: bool = False, token: str | None = None) -> StreamRoute:
+def route(chain: EchoChain, *, enhancer: bool = False, token: str | None = None,
+          settings: ServeSettings | None = None) -> StreamRoute:
     async def source(t, source_id: str) -> SourceIdentity:
         if source_id != "known":
             raise ApiError(404, "unknown_source", "no such source")
@@ -50,7 +51,7 @@ def route(chain: EchoChain, *, enhancer: bool = False, token: str | None = None)
     async def status(t, ids):
         raise AssertionError("not asked here")
 
-    return StreamRoute(chain, ServeSettings(), MetricsRecorder(), lambda given: token is None or given == token,
+    return StreamRoute(chain, settings or ServeSettings(), MetricsRecorder(), lambda given: token is None or given == token,
                        source, provenance, status, enhancer)
 
 
@@ -74,3 +75,22 @@ def test_a_stream_is_refused_for_an_unknown_source_or_an_enhancer_the_service_la
     with pytest.raises(StreamRefused) as refused:
         asyncio.run(backend.open(StartMessage(source_id=source_id, enhance=enhance)))
     assert refused.value.code == code
+
+
+def test_the_service_defaults_model_masks_and_pixel_boost_are_dropped_at_level_1():
+    """The service's engine has the occlusion mask and a pixel boost, the start message neither: the
+    stream is costly (level 1 is not skipped) and its level-1 frames ask for the box mask at the
+    swap model's own size (128)."""
+    settings = ServeSettings.model_validate({"engine": {"masks": {"types": ["box", "occlusion"]},
+                                                        "swap": {"pixel_boost": 256}},
+                                             "limits": {"mask_models_allowed": ["occlusion"]}})
+    chain = EchoChain()
+    stream = asyncio.run(ServeStreamBackend(route(chain, settings=settings)).open(StartMessage(source_id="known")))
+    assert stream.costly
+    frame = np.zeros((8, 8, 3), np.uint8)
+    asyncio.run(stream.process(frame, FramePlan(seq=0, level=0, enhance=False)))
+    asyncio.run(stream.process(frame, FramePlan(seq=1, level=1, enhance=False, costly=False)))
+    full, light = (request.options for request, _, _ in chain.requests)
+    assert full.face_mask_types is None and full.face_swapper_pixel_boost is None  # the service's own
+    assert light.face_mask_types == ("box",) and light.face_swapper_pixel_boost == "128x128"
+    assert not asyncio.run(ServeStreamBackend(route(EchoChain())).open(StartMessage(source_id="known"))).costly

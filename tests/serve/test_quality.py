@@ -13,7 +13,7 @@ from fusion_ray.serve.limits import ApiError
 from fusion_ray.serve.quality import loaded_config, quality_components, request_quality
 from fusion_ray.serve.schemas import SwapOptions, SwapRequest, swap_request_schema
 from fusion_ray.serve.settings import parse_settings
-from tests.serve.test_units import forged_png
+from tests.serve.helpers import forged_png
 
 
 def settings(**args):

@@ -58,7 +58,7 @@ def service(ray_cluster, models_config):
         "batching": {"swap": {"max_batch_size": 4, "batch_wait_timeout_s": 0.25},
                      "embed": {"max_batch_size": 4, "batch_wait_timeout_s": 0.01},
                      "enhance": {"max_batch_size": 2, "batch_wait_timeout_s": 0.01},
-                     "adaptive_wait": False},  # always wait: batching is then certain (policy: test_units)
+                     "adaptive_wait": False},  # always wait: batching is then certain (policy: test_batching)
         # The ingress queue holds more than the stalled-upload test's 24 connections: the proxy queues
         # a request until the replica answers its queue-length probe, slow on a loaded host (with 16
         # the 24 arriving at once were refused with "dropped due to backpressure", and so was /metrics).
@@ -290,7 +290,7 @@ def test_body_cap_by_content_length_and_by_streamed_bytes(service):
 
 
 def test_pixel_cap_and_non_images(service, photos, obama_id):
-    from tests.serve.test_units import forged_png
+    from tests.serve.helpers import forged_png
 
     body = assert_error(swap(service, forged_png(50_000, 50_000), source_id=obama_id), 413, "image_too_large")
     assert "50000x50000" in body["detail"]
