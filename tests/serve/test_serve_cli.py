@@ -277,7 +277,9 @@ def test_a_stop_after_stalled_uploads_through_the_guard_is_bounded(tmp_path, mod
         kill_all(ray_processes)  # before reading stderr: they hold its pipe too
     stderr = proc.stderr.read() if proc.stderr else ""
     assert took < STOP_BOUND_S, (took, stderr[-3000:])
-    assert proc.returncode == 0, stderr[-3000:]
+    # The two uploads still open hold the ingress' drain: Serve may not finish deleting the app within
+    # drain_timeout_s, and then the stop says so and exits 1 (not a clean stop), still within the bound.
+    assert proc.returncode == 0 or (proc.returncode == 1 and "exiting now with status 1" in stderr), stderr[-3000:]
     own = "\n".join(line for line in stderr.splitlines() if not line.lstrip("\x1b[0123456789m").startswith("("))
     assert "Traceback" not in own, own[own.find("Traceback") - 300:][:4000]  # the command's, not a replica's
 
