@@ -5,8 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
+
+from tests.animated import assert_every_frame_swapped
 
 RAY_STARTED = """
 import sys
@@ -175,7 +176,6 @@ def test_a_report_the_store_cannot_take_is_kept_locally_and_its_place_named(tmp_
 def test_animated_images_are_swapped_whole_by_the_local_runner(tmp_path, images_dir, scrfd_path):
     """``--runner local`` swaps an animated GIF and APNG frame by frame in-process (the function
     the Ray runner's task wraps), kept animated; one named .jpg fails at planning; no Ray."""
-    from PIL import Image
 
     from tests.cli.test_swap_cli import face_animation
 
@@ -200,13 +200,6 @@ def test_animated_images_are_swapped_whole_by_the_local_runner(tmp_path, images_
     for name in ("anim.gif", "anim.png"):
         item = items[name]
         assert (item["status"], item["frames"], item["faces_swapped"]) == ("done", 3, 3), item
-        with Image.open(tmp_path / name) as before, Image.open(out / name) as after:
-            assert after.n_frames == 3 and after.info.get("loop") == 0
-            for index in range(3):
-                before.seek(index)
-                after.seek(index)
-                after.load()
-                assert after.info["duration"] == [40, 80, 120][index]
-                assert np.abs(np.asarray(before.convert("RGB"), int) - np.asarray(after.convert("RGB"), int)).mean() > 1
+        assert_every_frame_swapped(tmp_path / name, out / name, [40, 80, 120])
     assert "at most 256 colours each" in items["anim.gif"]["warnings"][0]
     assert "Traceback" not in proc.stderr

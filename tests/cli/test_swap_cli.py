@@ -11,6 +11,7 @@ import pytest
 
 from fusion_ray.cli import main
 from fusion_ray.imageio import read_image, read_jpeg_comments, read_png_text
+from tests.animated import assert_every_frame_swapped
 from tests.test_imageio import huge_png, limit_memory, sideways_jpeg
 
 
@@ -271,7 +272,6 @@ def face_animation(images_dir, fmt: str, frames: int = 3) -> bytes:
 
 @pytest.mark.parametrize(("fmt", "suffix"), [("GIF", ".gif"), ("WEBP", ".webp"), ("PNG", ".png")])
 def test_every_frame_of_an_animated_image_is_swapped_and_kept(fmt, suffix, tmp_path, images_dir, scrfd_path, capsys):
-    from PIL import Image
 
     target = tmp_path / f"anim{suffix}"
     target.write_bytes(face_animation(images_dir, fmt))
@@ -280,15 +280,7 @@ def test_every_frame_of_an_animated_image_is_swapped_and_kept(fmt, suffix, tmp_p
                       "--model", f"scrfd_2.5g={scrfd_path}"], capsys)
     assert code == 0, err
     assert "3 of 3 face(s) swapped in 3 frames" in err
-    with Image.open(target) as before, Image.open(out) as after:
-        assert after.n_frames == 3 and after.info.get("loop") == 0
-        for index in range(3):
-            before.seek(index)
-            after.seek(index)
-            after.load()
-            assert after.info["duration"] == [40, 80, 120][index]
-            difference = np.abs(np.asarray(before.convert("RGB"), int) - np.asarray(after.convert("RGB"), int))
-            assert difference.mean() > 1  # this frame was swapped, not a copy of the first
+    assert_every_frame_swapped(target, out, [40, 80, 120])
 
 
 def test_an_animated_image_to_a_one_frame_format_is_refused_before_any_work(tmp_path, images_dir, scrfd_path, capsys):

@@ -71,19 +71,24 @@ def test_options_the_engine_cannot_run_refuse_the_stream(backend, options, words
     assert refused.value.close_code == 1003 and words in refused.value.message
 
 
+def _levels_0_and_1(backend, images_dir):
+    """A stream of obama on biden.jpg: its processor, the frame, the identity, and the frame
+    processed at level 0 and at level 1 (masks off)."""
+    source = backend.add_source(read_image(images_dir / "obama.jpg").frame)
+    processor = asyncio.run(backend.open(StartMessage(source_id=source)))
+    frame = read_image(images_dir / "biden.jpg").frame
+    full = processor.process_sync(frame, FramePlan(seq=0, level=0, enhance=False))
+    light = processor.process_sync(frame, FramePlan(seq=1, level=1, enhance=False, costly=False))
+    return processor, frame, backend.sources.get(source), full, light
+
+
 def test_level_1_runs_without_the_pixel_boost_of_the_command_line(models_config, images_dir):
     """``fusion-ray live --face-swapper-pixel-boost 256`` puts the boost in the engine's config (not
     in the start message): level 1 swaps at the model's own size (128) all the same. The inswapper
     is a labelled STAND-IN: only the pixels of two paths are compared."""
     cfg = EngineConfig(models=models_config, runtime=RuntimeConfig(providers=["cpu"]), swap=SwapConfig(pixel_boost=256))
     engine = Engine.load(cfg, cpu_budget=1)
-    backend = EngineBackend(engine)
-    source = backend.add_source(read_image(images_dir / "obama.jpg").frame)
-    processor = asyncio.run(backend.open(StartMessage(source_id=source)))
-    frame = read_image(images_dir / "biden.jpg").frame
-    identity = backend.sources.get(source)
-    full = processor.process_sync(frame, FramePlan(seq=0, level=0, enhance=False))
-    light = processor.process_sync(frame, FramePlan(seq=1, level=1, enhance=False, costly=False))
+    processor, frame, identity, full, light = _levels_0_and_1(EngineBackend(engine), images_dir)
     unboosted = cfg.model_copy(update={"swap": cfg.swap.model_copy(update={"pixel_boost": None})})
     assert processor.costly and processor.light.face_swapper_pixel_boost == "128x128"
     assert np.array_equal(light.frame, Engine(unboosted, engine.models).process_frame(frame, identity).frame)
@@ -95,13 +100,7 @@ def test_a_default_occlusion_mask_is_dropped_at_level_1(engine, images_dir):
     """The host's config (a service default) has the occlusion mask, the start message no mask
     types: the stream is costly (it does not skip level 1) and level 1 pastes through the box only."""
     occluding = engine.cfg.model_copy(update={"masks": engine.cfg.masks.model_copy(update={"types": ["box", "occlusion"]})})
-    backend = EngineBackend(Engine(occluding, engine.models))
-    source = backend.add_source(read_image(images_dir / "obama.jpg").frame)
-    processor = asyncio.run(backend.open(StartMessage(source_id=source)))
-    frame = read_image(images_dir / "biden.jpg").frame
-    identity = backend.sources.get(source)
-    full = processor.process_sync(frame, FramePlan(seq=0, level=0, enhance=False))
-    light = processor.process_sync(frame, FramePlan(seq=1, level=1, enhance=False, costly=False))
+    processor, frame, identity, full, light = _levels_0_and_1(EngineBackend(Engine(occluding, engine.models)), images_dir)
     assert processor.costly and processor.light.face_mask_types == ("box",)
     assert np.array_equal(light.frame, engine.process_frame(frame, identity).frame)  # engine: box only
     assert not np.array_equal(full.frame, light.frame)
