@@ -17,7 +17,7 @@ never passes it off as processed. Fatal errors (memory, model, provider) raise.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -29,7 +29,7 @@ from fusion_ray.core.facebatch import FaceBatch, FrameBatch
 from fusion_ray.core.lru import LockedLru
 from fusion_ray.core.modelset import ModelSet
 from fusion_ray.core.redetect import CropBox, RoiResult, redetect
-from fusion_ray.core.steps import Chain, Rows, Tools
+from fusion_ray.core.steps import PHASES, Chain, Phase, Rows, Tools
 from fusion_ray.core.tracking import TrackPrediction
 from fusion_ray.errors import ConfigError
 from fusion_ray.facefusion_options import NO_OPTIONS, FaceFusionOptions, configured
@@ -71,20 +71,35 @@ class FrameRequest:
 
 @dataclass(frozen=True)
 class FrameJob:
-    """A :class:`FrameRequest` with its source: what :class:`FrameChain` runs."""
+    """A :class:`FrameRequest` with its source: what :class:`FrameChain` runs.
+
+    ``identity`` None: not known yet (the split placement detects while the source is looked up;
+    the steps before the swap never read it)."""
 
     request: FrameRequest
     source_id: str
-    identity: SourceIdentity
+    identity: SourceIdentity | None
 
 
 @dataclass(frozen=True)
-class FoundFaces:
-    """A frame's faces to swap, how many detection found, and its error ("" when fine)."""
+class FrameState:
+    """A frame part-way through the chain: what one part of it hands the next (in one process,
+    :meth:`FrameChain.find` to :meth:`FrameChain.swap`; in the split placement, one deployment
+    to the next)."""
 
     faces: FaceBatch
+    """The frame's faces as the steps so far left them (a batch of one frame)."""
     detected: int
+    """Faces detection found."""
+    landmarks: np.ndarray
+    """(n, 5, 2): the 5 points of the faces selected to swap (what :class:`FrameDone` reports)."""
     error: str = ""
+    frame: Frame | None = None
+    """The frame as the steps so far left it; None: the request's, unchanged."""
+
+    def for_source(self, source_id: str) -> FrameState:
+        """The state with its faces' source id set (found before the source was known)."""
+        return replace(self, faces=replace(self.faces, source_id=np.full(len(self.faces), source_id, object)))
 
 
 @dataclass(frozen=True)
@@ -103,18 +118,24 @@ class FrameDone:
         return len(self.landmarks)
 
 
+FIND_UNTIL: Phase = "select"
+"""Where :meth:`FrameChain.find` stops by default: the faces to swap are known."""
+_NO_POINTS = np.zeros((0, 5, 2), np.float32)
+
+
 @dataclass(frozen=True)
 class _Setup:
-    """The chain under one set of request options: its tools and its two halves."""
+    """The chain under one set of request options, and its tools."""
 
     tools: Tools
-    finding: Chain
-    rest: Chain
+    chain: Chain
 
 
 class FrameChain:
-    """The tools of one process and the declared chain over batches of frames: :meth:`faces`
-    runs its steps up to selection, :meth:`swap` the rest, :meth:`run` both.
+    """The tools of one process and the declared chain over batches of frames: :meth:`find`
+    runs its steps up to a phase (following or detecting first), :meth:`advance` the steps
+    between two phases, :meth:`swap` the rest, :meth:`run` all of it. The split placement runs
+    the parts of a frame's chain in several processes, each with a FrameChain over its models.
 
     A frame's :attr:`FrameRequest.options` (FaceFusion's per-request options) are applied to the
     config by :func:`fusion_ray.facefusion_options.configured`; frames with the same options run
@@ -124,12 +145,13 @@ class FrameChain:
 
     MAX_SETUPS = 16
 
-    def __init__(self, cfg: EngineConfig, models: ModelSet) -> None:
+    def __init__(self, cfg: EngineConfig, models: ModelSet, *, detects: bool = True) -> None:
         self.cfg = cfg
         self.models = models
         self._setups: LockedLru[FaceFusionOptions, _Setup] = LockedLru(self.MAX_SETUPS, self._made)
         self.tools = self.setup(NO_OPTIONS).tools
-        self.tools.detector()  # no detector: fail here, not on the first frame
+        if detects:
+            self.tools.detector()  # no detector: fail here, not on the first frame
 
     def setup(self, options: FaceFusionOptions) -> _Setup:
         """The chain under ``options`` (ConfigError when they make an invalid config)."""
@@ -139,44 +161,65 @@ class FrameChain:
         cfg = configured(self.cfg, options)
         # Enhancement is each frame's choice (FrameRequest.enhance_blend), so its steps are in the chain.
         cfg = cfg.model_copy(update={"enhance": cfg.enhance.model_copy(update={"enabled": True})})
-        finding, rest = Chain.of(cfg).split("select")
-        return _Setup(Tools(cfg, self.models), finding, rest)
+        return _Setup(Tools(cfg, self.models), Chain.of(cfg))
+
+    def part(self, options: FaceFusionOptions, after: Phase | None, until: Phase) -> Chain:
+        """The steps a frame with ``options`` runs after ``after`` up to ``until``."""
+        return self.setup(options).chain.part(after, until)
 
     def run(self, jobs: Sequence[FrameJob], timings: dict[str, float] | None = None) -> list[FrameDone]:
         """Every job's frame through the whole chain (``timings``: each step's busy ms is added)."""
         return self.swap(jobs, self.find(jobs, timings), timings)
 
-    def faces(self, job: FrameJob) -> FoundFaces:
+    def faces(self, job: FrameJob) -> FrameState:
         """The job's faces to swap (see :meth:`find`)."""
         return self.find([job])[0]
 
-    def find(self, jobs: Sequence[FrameJob], timings: dict[str, float] | None = None) -> list[FoundFaces]:
-        """Each job's faces to swap: followed on crops (level 3; given to the chain), else the
-        chain's steps up to selection; each follower is updated either way."""
-        found: dict[int, FoundFaces] = {}
-        for options, rows in _by_options(jobs).items():
-            part = [jobs[i] for i in rows]
-            try:
-                found.update(zip(rows, self._find(self.setup(options), part, timings), strict=True))
-            except ConfigError as exc:  # the caller checks options first: this is a caller's bug, per frame
-                found.update((i, FoundFaces(FaceBatch.empty(), 0, f"options: {exc}")) for i in rows)
-        return [found[i] for i in range(len(jobs))]
+    def find(self, jobs: Sequence[FrameJob], timings: dict[str, float] | None = None,
+             until: Phase = FIND_UNTIL) -> list[FrameState]:
+        """Each job's faces: followed on crops (level 3; given to the chain), else the chain's
+        detection and selection; then its steps up to ``until``. Each follower is updated."""
+        def one(setup: _Setup, rows: list[int]) -> list[FrameState]:
+            return self._find(setup, [jobs[i] for i in rows], timings, until)
 
-    def swap(self, jobs: Sequence[FrameJob], found: Sequence[FoundFaces],
+        return self._grouped(jobs, [FrameState(FaceBatch.empty(), 0, _NO_POINTS)] * len(jobs), one)
+
+    def advance(self, jobs: Sequence[FrameJob], states: Sequence[FrameState], after: Phase, until: Phase,
+                timings: dict[str, float] | None = None) -> list[FrameState]:
+        """The steps after ``after`` up to ``until`` over every job's state, each model once per
+        batch (per group of options); a failed frame's state passes on as it is."""
+        def one(setup: _Setup, rows: list[int]) -> list[FrameState]:
+            return self._advance(setup.tools, setup.chain.part(after, until), [jobs[i] for i in rows],
+                                 [states[i] for i in rows], timings)
+
+        return self._grouped(jobs, states, one)
+
+    def swap(self, jobs: Sequence[FrameJob], found: Sequence[FrameState],
              timings: dict[str, float] | None = None) -> list[FrameDone]:
-        """The rest of the chain (align, swap, paste, enhance...) over the found faces of every job,
-        each model once per batch (per group of options)."""
-        done: dict[int, FrameDone] = {}
-        for options, rows in _by_options(jobs).items():
-            part = [jobs[i] for i in rows]
-            try:
-                done.update(zip(rows, self._swap(self.setup(options), part, [found[i] for i in rows], timings),
-                                strict=True))
-            except ConfigError as exc:
-                done.update((i, _unchanged(jobs[i], f"options: {exc}")) for i in rows)
-        return [done[i] for i in range(len(jobs))]
+        """The rest of the chain (align, swap, paste, enhance...) over the found faces of every job."""
+        return self.done(jobs, self.advance(jobs, found, FIND_UNTIL, PHASES[-1], timings))
 
-    def _find(self, setup: _Setup, jobs: Sequence[FrameJob], timings: dict[str, float] | None) -> list[FoundFaces]:
+    @staticmethod
+    def done(jobs: Sequence[FrameJob], states: Sequence[FrameState]) -> list[FrameDone]:
+        """The jobs' frames at the end of the chain (a failed one unchanged, with its error)."""
+        return [FrameDone(job.request.frame, 0, _NO_POINTS, s.error, job.request.follower) if s.error else
+                FrameDone(s.frame if s.frame is not None else job.request.frame, s.detected, s.landmarks, "",
+                          job.request.follower)
+                for job, s in zip(jobs, states, strict=True)]
+
+    def _grouped(self, jobs: Sequence[FrameJob], states: Sequence[FrameState],
+                 run: Callable[[_Setup, list[int]], list[FrameState]]) -> list[FrameState]:
+        """``run`` over the jobs of each set of options; a set that makes an invalid config fails its frames."""
+        out: dict[int, FrameState] = {}
+        for options, rows in _by_options(jobs).items():
+            try:
+                out.update(zip(rows, run(self.setup(options), rows), strict=True))
+            except ConfigError as exc:  # the caller checks options first: this is a caller's bug, per frame
+                out.update((i, replace(states[i], error=f"options: {exc}")) for i in rows)
+        return [out[i] for i in range(len(jobs))]
+
+    def _find(self, setup: _Setup, jobs: Sequence[FrameJob], timings: dict[str, float] | None,
+              until: Phase) -> list[FrameState]:
         errors = [""] * len(jobs)
         start = time.perf_counter()
         followed = [self._followed(job, errors, i) for i, job in enumerate(jobs)]
@@ -186,32 +229,35 @@ class FrameChain:
         rows_given = [i for i, f in enumerate(followed) if f is not None]
         faces = FaceBatch.merge([f for f in followed if f is not None], rows_given)
         rows = self._rows(jobs, given, np.asarray([len(f) if f is not None else 0 for f in followed], np.int32))
-        done = setup.finding.run(setup.tools, rows, FrameBatch([j.request.frame for j in jobs], errors, faces),
-                                 timings)
-        detected = done.counter("faces_detected")
+        frames = [j.request.frame for j in jobs]
+        selected = setup.chain.part(None, FIND_UNTIL).run(setup.tools, rows, FrameBatch(frames, errors, faces),
+                                                          timings)
+        detected = selected.counter("faces_detected")
         found = []
         for i, job in enumerate(jobs):
-            mine = _one_frame(done.faces, i) if not errors[i] else FaceBatch.empty()
+            mine = _one_frame(selected.faces, i) if not errors[i] else FaceBatch.empty()
             if job.request.follower is not None and not given[i] and not errors[i]:
                 job.request.follower.detected(job.request.seq, mine, _hw(job.request.frame))
-            found.append(FoundFaces(mine, int(detected[i]) if not errors[i] else 0, errors[i]))
-        return found
+            found.append(FrameState(mine, int(detected[i]) if not errors[i] else 0, mine.landmarks_5, errors[i]))
+        if until == FIND_UNTIL:
+            return found
+        return self._advance(setup.tools, setup.chain.part(FIND_UNTIL, until), jobs, found, timings)
 
-    def _swap(self, setup: _Setup, jobs: Sequence[FrameJob], found: Sequence[FoundFaces],
-              timings: dict[str, float] | None) -> list[FrameDone]:
-        errors = [f.error for f in found]
-        faces = FaceBatch.merge([f.faces for f in found], range(len(found)))
-        rows = self._rows(jobs, np.ones(len(jobs), bool), np.asarray([f.detected for f in found], np.int32))
-        done = setup.rest.run(setup.tools, rows, FrameBatch([job.request.frame for job in jobs], errors, faces),
-                              timings)
-        none = np.zeros((0, 5, 2), np.float32)
-        return [FrameDone(done.frames[i] if not errors[i] else job.request.frame, f.detected,
-                          f.faces.landmarks_5 if not errors[i] else none, errors[i], job.request.follower)
-                for i, (job, f) in enumerate(zip(jobs, found, strict=True))]
+    def _advance(self, tools: Tools, steps: Chain, jobs: Sequence[FrameJob], states: Sequence[FrameState],
+                 timings: dict[str, float] | None) -> list[FrameState]:
+        errors = [s.error for s in states]
+        faces = FaceBatch.merge([s.faces for s in states], range(len(states)))
+        frames = [s.frame if s.frame is not None else job.request.frame for job, s in zip(jobs, states, strict=True)]
+        rows = self._rows(jobs, np.ones(len(jobs), bool), np.asarray([s.detected for s in states], np.int32))
+        done = steps.run(tools, rows, FrameBatch(frames, errors, faces), timings)
+        writes_frame = "frame" in steps.writes()
+        return [replace(s, faces=_one_frame(done.faces, i) if not done.errors[i] else FaceBatch.empty(),
+                        error=done.errors[i], frame=done.frames[i] if writes_frame else s.frame)
+                for i, s in enumerate(states)]
 
     def _rows(self, jobs: Sequence[FrameJob], given: np.ndarray, found: np.ndarray) -> Rows:
         return Rows([job.request.selection for job in jobs], [job.source_id for job in jobs],
-                    {job.source_id: job.identity for job in jobs}, given, found,
+                    {job.source_id: job.identity for job in jobs if job.identity is not None}, given, found,
                     canvases=[job.request.detector_size for job in jobs],
                     blends=[job.request.enhance_blend for job in jobs])
 
@@ -238,10 +284,6 @@ def _by_options(jobs: Sequence[FrameJob]) -> dict[FaceFusionOptions, list[int]]:
     for i, job in enumerate(jobs):
         groups.setdefault(job.request.options, []).append(i)
     return groups
-
-
-def _unchanged(job: FrameJob, error: str) -> FrameDone:
-    return FrameDone(job.request.frame, 0, np.zeros((0, 5, 2), np.float32), error, job.request.follower)
 
 
 def _hw(frame: Frame) -> tuple[int, int]:

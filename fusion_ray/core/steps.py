@@ -305,6 +305,25 @@ class Chain:
     def names(self) -> list[str]:
         return [s.name for s in self.steps]
 
+    def part(self, after: Phase | None, until: Phase) -> Chain:
+        """The steps after phase ``after`` (None: from the start) up to and including ``until``:
+        one part of a placement that runs the chain in several places, one after the other."""
+        low = -1 if after is None else PHASES.index(after)
+        high = PHASES.index(until)
+        return Chain(tuple(s for s in self.steps if low < PHASES.index(s.phase) <= high))
+
+    def reads(self) -> set[Field]:
+        """What the steps need from before them (read before any of them writes it)."""
+        written: set[Field] = set()
+        needed: set[Field] = set()
+        for step in self.steps:
+            needed |= set(step.reads) - written
+            written |= set(step.writes)
+        return needed
+
+    def writes(self) -> set[Field]:
+        return {w for step in self.steps for w in step.writes}
+
     def split(self, phase: Phase) -> tuple[Chain, Chain]:
         """The steps up to and including ``phase``, and those after it (run one after the other:
         the whole chain, in two calls)."""

@@ -144,15 +144,10 @@ class StageGroup:
 
     def reads(self) -> set[str]:
         """What it needs from earlier stages (read before any of its own steps writes it)."""
-        written: set[str] = set()
-        needed: set[str] = set()
-        for step in self.steps:
-            needed |= set(step.reads) - written
-            written |= set(step.writes)
-        return needed
+        return set(Chain(self.steps).reads())
 
     def writes(self) -> set[str]:
-        return {w for step in self.steps for w in step.writes}
+        return set(Chain(self.steps).writes())
 
 
 POOL_STAGES = ("detect", "swap", "paste", "enhance", "paste_enhanced")

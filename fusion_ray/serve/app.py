@@ -34,7 +34,6 @@ from fusion_ray.serve.deployments import (
 from fusion_ray.serve.fused import FusedDeployment
 from fusion_ray.serve.ingress import IngressCore
 from fusion_ray.serve.limits import ApiError, clip
-from fusion_ray.serve.quality import check_placement
 from fusion_ray.serve.schemas import (
     STAND_IN_HEADER,
     ErrorBody,
@@ -225,7 +224,6 @@ def build_app(args: dict[str, Any]) -> Application:
     settings = parse_settings(args)
     placement = resolve_placement(settings.placement, node_gpus() if settings.placement == "auto" else [])
     settings = settings.model_copy(update={"placement": placement})
-    check_placement(settings)
     deps = settings.deployments
     stop = settings.shutdown
     backpressure = BackpressureConfig(status_code=503, retry_after_s=float(settings.limits.retry_after_s))

@@ -3,8 +3,8 @@
 - :class:`Downstream`: every call to another deployment (detector, swapper, enhancer, state):
   its timeout (504), backpressure (503), lost replica (503) and failed method (500), its stage
   timing, and the batch records the batched deployments return.
-- :class:`LocalStages`: the work the ingress does itself on the chain's data: pasting the
-  swapped and enhanced crops back, and the output metadata (provenance) of the models used.
+- :class:`LocalStages`: the work the ingress does itself: the split placement's parts that load no
+  model (pasting the swapped and enhanced crops back), and the outputs' provenance.
 """
 
 from __future__ import annotations
@@ -20,17 +20,13 @@ import numpy as np
 from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, RayServeException
 
-from fusion_ray.config import EngineConfig
-from fusion_ray.core import chain as core_chain
-from fusion_ray.core.facebatch import FaceBatch, FrameBatch
+from fusion_ray.core.frames import FrameChain, FrameJob, FrameState
 from fusion_ray.core.identity import SourceFace
-from fusion_ray.core.layout import CropLayout, enhance_layout, swap_layout
-from fusion_ray.core.lru import LockedLru
-from fusion_ray.core.modelset import ModelInfo
+from fusion_ray.core.modelset import ModelInfo, ModelSet
 from fusion_ray.core.provenance import Provenance
-from fusion_ray.facefusion_options import NO_OPTIONS, FaceFusionOptions, configured
+from fusion_ray.core.steps import Phase
+from fusion_ray.facefusion_options import FaceFusionOptions
 from fusion_ray.live.backend import SourceStatus
-from fusion_ray.serve.deployments import DetectReply
 from fusion_ray.serve.limits import ApiError, wait_for
 from fusion_ray.serve.metrics import MetricsRecorder, Snapshot
 from fusion_ray.serve.settings import ServeSettings
@@ -39,8 +35,8 @@ from fusion_ray.types import SourceIdentity
 
 log = logging.getLogger(__name__)
 
-MAX_LAYOUTS = 16
-"""Sets of request options whose config and crop layout the ingress keeps made."""
+DEPLOYMENT_OF = {"swap": "swapper", "enhance": "enhancer"}
+"""The batched split parts' deployments, as /metrics names them."""
 
 DOWNSTREAM_ERRORS = (RayTaskError, RayActorError, RayServeException)
 """Ray's errors from a call to another deployment (answered by :func:`downstream_error`)."""
@@ -58,12 +54,6 @@ def downstream_error(exc: BaseException, stage: str, retry_headers: dict[str, st
         return ApiError(500, "stage_failed", f"the {stage} stage failed")
     log.warning("the %s stage is unavailable: %s: %s", stage, type(exc).__name__, exc)
     return ApiError(503, "stage_unavailable", f"the {stage} stage is unavailable; retry later", retry_headers)
-
-
-def _failed(error: object, what: str) -> None:
-    """A stage's per-row error message, if any, as a 500."""
-    if error:
-        raise ApiError(500, "stage_failed", f"{what} failed: {error}")
 
 
 class Downstream:
@@ -94,17 +84,23 @@ class Downstream:
         record = result.get("batch")
         if record:
             self.metrics.batch(deployment, int(record["requests"]), int(record["faces"]), float(record["compute_s"]))
-        for step, seconds in result.get("steps", {}).items():  # the fused chain's steps
+        for step, seconds in result.get("steps", {}).items():  # the chain's steps it ran
             self.metrics.step(step, float(seconds))
 
     # ------------------------------------------------------------ the chain
-    async def detect(self, t: Timings, frame: np.ndarray, mode: str, index: int,
-                     size: int | None = None, options: FaceFusionOptions = NO_OPTIONS) -> DetectReply:
-        found: DetectReply = await self.call(
-            t, "detect", lambda: self.detector.detect.remote(frame, mode, index, size, options))
-        t.record("detect_compute", found.compute_s)  # the detect stage minus the hop
-        _failed(found.error, "detection")
-        return found
+    async def find(self, t: Timings, job: FrameJob) -> tuple[FrameState, Any]:
+        """The split placement's ``detect`` part on the detector deployment: the frame's state and
+        its follower, updated there."""
+        found = await self.call(t, "detect", lambda: self.detector.find.remote(job))
+        self.record_batch("detector", found)  # (its steps: it runs one frame a call)
+        return found["state"], found["follower"]
+
+    async def advance(self, t: Timings, part: str, job: FrameJob, state: FrameState) -> FrameState:
+        """A batched part of the split placement (``swap`` or ``enhance``) on its deployment."""
+        handle = {"swap": self.swapper, "enhance": self.enhancer}[part]
+        done = await self.call(t, part, lambda: handle.advance.remote(job, state))
+        self.record_batch(DEPLOYMENT_OF[part], done)
+        return done["state"]  # type: ignore[no-any-return]
 
     async def source_face(self, t: Timings, frame: np.ndarray) -> SourceFace | None:
         return await self.call(t, "source_detect", lambda: self.detector.source_face.remote(frame))  # type: ignore[no-any-return]
@@ -113,19 +109,6 @@ class Downstream:
         result = await self.call(t, "embed", lambda: self.swapper.embed.remote(faces))
         self.record_batch("embedder", result)
         return result["identity"]  # type: ignore[no-any-return]
-
-    async def swap(self, t: Timings, crops: np.ndarray, identity: SourceIdentity, key: str,
-                   options: FaceFusionOptions = NO_OPTIONS) -> np.ndarray:
-        swapped = await self.call(t, "swap", lambda: self.swapper.swap.remote(crops, identity, key, options))
-        self.record_batch("swapper", swapped)
-        _failed(swapped["error"], "swap")
-        return swapped["crops"]  # type: ignore[no-any-return]
-
-    async def enhance(self, t: Timings, crops: np.ndarray, blend: float, weight: float | None = None) -> np.ndarray:
-        enhanced = await self.call(t, "enhance", lambda: self.enhancer.enhance.remote(crops, blend, weight))
-        self.record_batch("enhancer", enhanced)
-        _failed(enhanced["error"], "enhancement")
-        return enhanced["crops"]  # type: ignore[no-any-return]
 
     async def model_info(self, t: Timings) -> dict[str, ModelInfo]:
         def info_of(handle: Any) -> Callable[[], Any]:
@@ -169,15 +152,9 @@ class Downstream:
         return await self.call(t, "metrics", lambda: self.state.render_metrics.remote(gauges))  # type: ignore[no-any-return]
 
 
-def _with_box(faces: FaceBatch, layout: CropLayout) -> FaceBatch:
-    """The faces with the layout's mask joined to theirs (the chain's box mask step)."""
-    if not len(faces):
-        return faces
-    return faces.with_mask(np.broadcast_to(layout.mask, (len(faces), *layout.mask.shape)))
-
-
 class LocalStages:
-    """Paste and provenance, run in the ingress on the core's values (no model is loaded here)."""
+    """The split placement's parts that run in the ingress (pasting: no model is loaded here) and
+    the outputs' provenance."""
 
     def __init__(self, settings: ServeSettings) -> None:
         cfg = settings.engine.in_ray_actor(settings.deployments.ingress.num_gpus > 0)
@@ -185,62 +162,16 @@ class LocalStages:
         if budget is not None:
             cv2.setNumThreads(max(1, math.ceil(budget)))
         self.cfg = cfg
-        self.swap_layout = swap_layout(cfg)
-        self.enhance_layout = enhance_layout(cfg)
-        self._layouts: LockedLru[FaceFusionOptions, tuple[EngineConfig, CropLayout]] = LockedLru(
-            MAX_LAYOUTS, self._made)
-        self._layouts.get(NO_OPTIONS)
+        self.chain = FrameChain(cfg, ModelSet(), detects=False)
 
-    def _made(self, options: FaceFusionOptions) -> tuple[EngineConfig, CropLayout]:
-        if options == NO_OPTIONS:
-            return self.cfg, self.swap_layout
-        cfg = configured(self.cfg, options)
-        return cfg, swap_layout(cfg)
+    def reads_frame(self, options: FaceFusionOptions, after: Phase, until: Phase) -> bool:
+        """Whether a part's steps read the frame (the frame travels only to the parts that do)."""
+        return "frame" in self.chain.part(options, after, until).reads()
 
-    def _configured(self, options: FaceFusionOptions) -> tuple[EngineConfig, CropLayout]:
-        """The config and swap crop of a request's options, made once per set of options (the
-        :data:`MAX_LAYOUTS` most recently used kept; the ingress calls it from its event loop and
-        from worker threads at once)."""
-        return self._layouts.get(options)
-
-    def config(self, options: FaceFusionOptions) -> EngineConfig:
-        """The config a request's options make (the service's with them applied)."""
-        return self._configured(options)[0]
-
-    def layout(self, options: FaceFusionOptions) -> CropLayout:
-        """The swap crop a request's options ask for (box mask padding and blur, pixel boost)."""
-        return self._configured(options)[1]
-
-    def follows(self, options: FaceFusionOptions) -> bool:
-        """Whether a live stream's faces followed on crops can be swapped here: not when the request
-        needs 68-point landmarks or target-crop masks (the detector deployment's steps; such a
-        stream's frames are detected whole)."""
-        cfg = self._configured(options)[0]
-        return cfg.landmarker.model == "none" and "occlusion" not in cfg.masks.types
-
-    def paste(self, frame: np.ndarray, faces: FaceBatch, crops: np.ndarray, enhance: bool,
-              options: FaceFusionOptions = NO_OPTIONS) -> FrameBatch:
-        """The frame with the swapped crops pasted through their masks (the target-crop masks the
-        detector made, and the box mask when the request's mask types have it); with ``enhance``
-        its faces are the enhancer crops to send on (else none)."""
-        cfg, layout = self._configured(options)
-        faces = faces.with_crops(crops)
-        if "box" in cfg.masks.types:
-            faces = _with_box(faces, layout)
-        swapped = FrameBatch.of([frame], faces)
-        pasted = core_chain.paste(swapped.frames, swapped.faces, layout, swapped.errors)
-        cut = (core_chain.align_for_enhance(pasted, swapped.faces, self.enhance_layout, swapped.errors)
-               if enhance else FaceBatch.empty())
-        _failed(swapped.first_error, "paste")
-        return FrameBatch(pasted, swapped.errors, cut)
-
-    def paste_enhanced(self, pasted: FrameBatch, enhanced: np.ndarray) -> FrameBatch:
-        """``pasted`` with its enhancer crops replaced by ``enhanced`` and pasted back."""
-        faces = pasted.faces.with_crops(enhanced)
-        out = FrameBatch(core_chain.paste(pasted.frames, faces, self.enhance_layout, pasted.errors, "paste_enhanced"),
-                         pasted.errors, FaceBatch.empty())
-        _failed(out.first_error, "paste")
-        return out
+    def advance(self, job: FrameJob, state: FrameState, after: Phase, until: Phase,
+                timings: dict[str, float]) -> FrameState:
+        """One of the ingress' parts over the frame's state."""
+        return self.chain.advance([job], [state], after, until, timings)[0]
 
     def provenance(self, models: dict[str, ModelInfo], enhance: bool,
                    extra: frozenset[str] = frozenset()) -> Provenance:

@@ -125,7 +125,7 @@ class IngressCore:
                                      metrics=self.metrics)
         self.local = LocalStages(settings)
         self.chain: ServeChain = (FusedChain(self.downstream) if settings.placement == "fused"
-                                  else SplitChain(self.downstream, self.local, settings.engine.tracking))
+                                  else SplitChain(self.downstream, self.local))
         route = StreamRoute(self.chain, settings, self.metrics, self.auth.valid, self.source, self.provenance,
                             self.downstream.source_status, enhancer is not None)
         self.live = LiveHub(settings.live, ServeStreamBackend(route), metrics=_Flushing(self.metrics))
@@ -249,7 +249,7 @@ class IngressCore:
         req = SwapRequest.from_form(form, self.limits.max_pixels)
         opts = req.options
         quality = request_quality(opts.facefusion, self.settings, enhancer=self.downstream.enhancer is not None,
-                                  enhance=opts.enhance, blend=opts.blend, placement=self.chain.placement)
+                                  enhance=opts.enhance, blend=opts.blend)
         mode = opts.select or self.settings.engine.selection.mode
         index = opts.face_index if opts.face_index is not None else self.settings.engine.selection.index
 

@@ -78,7 +78,7 @@ class ServeStreamBackend:
             raise StreamRefused(CLOSE_POLICY, exc.code, exc.detail) from exc
         try:
             quality = request_quality(start.facefusion, self.route.settings, enhance=start.enhance,
-                                      enhancer=self.route.enhancer, placement=self.route.chain.placement)
+                                      enhancer=self.route.enhancer)
         except ApiError as exc:  # over a cap: policy; options the service cannot run: unsupported
             raise StreamRefused(CLOSE_POLICY if exc.status == 403 else CLOSE_UNSUPPORTED, exc.code, exc.detail) from exc
         made_by = await self.route.provenance(t, quality.enhance_blend is not None, quality.models)
@@ -116,6 +116,6 @@ class ServeStreamProcessor:
                                plan.landmarks is not None, self.follower,
                                self.quality.options if plan.costly else self.light)
         done = await self.runner.frame(Timings(self.metrics), request, known(self.key, self.identity))
-        if isinstance(done.follower, StreamFollower):  # the fused placement sends back an updated copy
+        if isinstance(done.follower, StreamFollower):  # a placement that ran it elsewhere sends back a copy
             self.follower = done.follower
         return Processed(done.frame, done.landmarks, done.faces_detected)

@@ -165,7 +165,7 @@ async def _register_source(session: Any, base: str, headers: dict[str, str], sou
         return str(payload["source_id"])
 
 
-STAGE_ORDER = ("receive", "decode", "detect", "detect_compute", "source_lookup", "swap", "paste", "enhance", "paste_enhanced",
+STAGE_ORDER = ("receive", "decode", "detect", "source_lookup", "swap", "paste", "enhance", "paste_enhanced",
                "encode")
 
 

@@ -34,8 +34,8 @@ HELP = {
     "fusion_ray_batch_faces": ("histogram", "Faces (crops) per batch call of a batched deployment."),
     "fusion_ray_batch_compute_seconds": ("histogram", "Model time of one batch call (the stage's busy time)."),
     "fusion_ray_step_seconds": ("histogram", "Busy time of one step of the chain (detect, track, select, "
-                                "landmark, align, masks, swap, paste, enhance...) over one batch call of the "
-                                "fused deployment."),
+                                "landmark, align, masks, swap, paste, enhance...) over one call of the fused "
+                                "deployment or of a part of the split placement, where it ran."),
     "fusion_ray_requests_total": ("counter", "Requests answered, by endpoint and HTTP status."),
     "fusion_ray_rejected_total": ("counter", "Requests refused before any work, by reason."),
 }

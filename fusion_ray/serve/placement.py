@@ -6,35 +6,34 @@
 
 - :class:`FusedChain`: one call to the fused deployment, which runs the whole chain in-process
   (:class:`~fusion_ray.core.frames.FrameChain`) batched across requests and streams;
-- :class:`SplitChain`: per-model pools: detection (or a live stream's crop re-detection) on the
-  detector deployment, the swap and the enhancer on their batched deployments, pasting here.
+- :class:`SplitChain`: per-model pools: the chain cut into parts by phase
+  (:data:`~fusion_ray.serve.deployments.SPLIT_PARTS`), each part every step of the declared
+  chain in its phases: the steps before the swap (following or detecting, selection, landmarks,
+  crops, target-crop masks, the target embedding) on the detector deployment, the swap and the
+  swapped-crop masks on the swapper's, pasting here, the enhancer on its own.
 
 Both take the frame's identity as an awaitable, so the split placement detects while the source
 is still being looked up or embedded, and both return a
 :class:`~fusion_ray.core.frames.FrameDone` with the same pixels (tests/serve/test_placement.py).
 
-A request's FaceFusion options (:attr:`FrameRequest.options`) go with the frame: the fused
-deployment runs them in its chain; in the split placement the detector deployment runs the
-chain's steps before the swap under them (landmarks, crops at the pixel boost's size, area,
-mouth and occlusion masks), the swapper swaps with them and the ingress pastes through their
-masks. The region mask (a model on the swapped crop) and the swapper weight (the target's
-embedding) run in the fused placement only: the ingress refuses them here
-(:mod:`fusion_ray.serve.quality`).
+A request's FaceFusion options (:attr:`FrameRequest.options`) go with the frame, and each part
+runs them as the fused deployment does: the same steps, the same pixels. Each part's busy time per
+step reaches ``/metrics`` (``fusion_ray_step_seconds``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 import numpy as np
 
-from fusion_ray.config import TrackingConfig
-from fusion_ray.core import chain
-from fusion_ray.core.facebatch import FaceBatch
-from fusion_ray.core.frames import FrameDone, FrameJob, FrameRequest
+from fusion_ray.core.frames import FrameChain, FrameDone, FrameJob, FrameRequest, FrameState
+from fusion_ray.core.steps import Phase
 from fusion_ray.serve.chain import Downstream, LocalStages
+from fusion_ray.serve.deployments import SPLIT_PARTS, SplitPart
 from fusion_ray.serve.limits import ApiError
 from fusion_ray.serve.timing import Timings
 from fusion_ray.types import SourceIdentity
@@ -98,60 +97,52 @@ class FusedChain:
 
 
 class SplitChain:
-    """Per-model pools: the detector, swapper and enhancer deployments; pasting in the ingress."""
+    """Per-model pools: each part of :data:`~fusion_ray.serve.deployments.SPLIT_PARTS` where it runs
+    (the detector, swapper and enhancer deployments; pasting in the ingress)."""
 
     placement = "split"
 
-    def __init__(self, downstream: Downstream, local: LocalStages, tracking: TrackingConfig) -> None:
+    def __init__(self, downstream: Downstream, local: LocalStages) -> None:
         self.downstream = downstream
         self.local = local
-        self.tracking = tracking
 
     async def frame(self, t: Timings, request: FrameRequest, identity: Identity) -> FrameDone:
-        (faces, detected), (key, who) = await first_error_cancels(self._faces(t, request), identity)
-        if not len(faces):
-            return FrameDone(request.frame, detected, np.zeros((0, 5, 2), np.float32), "", request.follower)
-        swapped = await self.downstream.swap(t, faces.require_crops()[0], who, key, request.options)
-        enhance = request.enhance_blend is not None
-        with t.timed("paste"):
-            out = await asyncio.to_thread(self.local.paste, request.frame, faces, swapped, enhance, request.options)
-        if request.enhance_blend is not None:
-            weight = self.local.config(request.options).enhance.weight
-            enhanced = await self.downstream.enhance(t, out.faces.require_crops()[0], request.enhance_blend, weight)
-            with t.timed("paste_enhanced"):
-                out = await asyncio.to_thread(self.local.paste_enhanced, out, enhanced)
-        return FrameDone(out.frames[0], detected, faces.landmarks_5, "", request.follower)
+        (state, follower), (key, who) = await first_error_cancels(
+            self.downstream.find(t, FrameJob(request, "", None)), identity)
+        job = FrameJob(replace(request, follower=follower), key, who)
+        state = _checked(state.for_source(key))
+        for before, part in zip(SPLIT_PARTS, SPLIT_PARTS[1:], strict=False):
+            state = _checked(await self._part(t, part, before.until, job, state))
+        return FrameChain.done([job], [state])[0]
+
+    async def _part(self, t: Timings, part: SplitPart, after: Phase, job: FrameJob, state: FrameState) -> FrameState:
+        if part.runs_in == "ingress":
+            timings: dict[str, float] = {}
+            with t.timed(part.name):
+                state = await asyncio.to_thread(self.local.advance, job, state, after, part.until, timings)
+            self.downstream.record_batch("ingress", {"steps": {k: ms / 1000.0 for k, ms in timings.items()}})
+            return state
+        if not len(state.faces):  # the part's steps work on faces: with none, it has nothing to do
+            return state
+        shipped = job if self.local.reads_frame(job.request.options, after, part.until) else _without_frame(job)
+        return await self.downstream.advance(t, part.name, shipped, state)
 
     def probes(self) -> dict[str, Callable[[], Any]]:
         return self.downstream.probes()
 
-    async def _faces(self, t: Timings, request: FrameRequest) -> tuple[FaceBatch, int]:
-        """The faces to swap (with crops): detected on the whole frame, or (a live stream at level 3)
-        followed by its tracker: each tracked face re-detected on a small crop."""
-        follower = request.follower
-        predictions = follower.predictions(request.seq, request.follow) if follower is not None else []
-        if follower is None or not predictions or not self.local.follows(request.options):
-            return await self._detect(t, request)
-        crops, frame = dict(follower.crops), request.frame
-        roi = await self.downstream.call(
-            t, "redetect", lambda: self.downstream.detector.redetect.remote(frame, predictions, crops))
-        faces = follower.followed(request.seq, roi, frame.shape[:2])
-        if faces is None:
-            return await self._detect(t, request)
-        errors = [""]
-        layout = self.local.layout(request.options)
-        cut = await asyncio.to_thread(chain.align, [frame], faces, layout, errors, "align")
-        if errors[0]:
-            raise ApiError(500, "stage_failed", f"align failed: {errors[0]}")
-        return cut, len(faces)
 
-    async def _detect(self, t: Timings, request: FrameRequest) -> tuple[FaceBatch, int]:
-        """Whole-frame detection and selection on the detector deployment; the follower follows it."""
-        found = await self.downstream.detect(t, request.frame, request.selection.mode, request.selection.index,
-                                             request.detector_size, request.options)
-        if request.follower is not None:
-            request.follower.detected(request.seq, found.faces, request.frame.shape[:2])
-        return found.faces, found.faces_detected
+_NO_FRAME = np.zeros((1, 1, 3), np.uint8)
+
+
+def _without_frame(job: FrameJob) -> FrameJob:
+    """The job as a part that reads no frame gets it: neither its frame nor its follower travel."""
+    return replace(job, request=replace(job.request, frame=_NO_FRAME, follower=None))
+
+
+def _checked(state: FrameState) -> FrameState:
+    if state.error:
+        raise ApiError(500, "stage_failed", f"the chain failed: {state.error}")
+    return state
 
 
 def known(key: str, identity: SourceIdentity) -> Identity:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fusion_ray.config import EngineConfig
 from fusion_ray.core.layout import source_crop_layout
 from fusion_ray.core.modelset import Component, mask_model_names, required_components
-from fusion_ray.core.steps import Chain
+from fusion_ray.core.steps import Chain, Phase
 from fusion_ray.errors import ConfigError
 from fusion_ray.facefusion_options import MODEL_MASKS, FaceFusionOptions, check_served, configured
 from fusion_ray.serve.limits import ApiError
@@ -80,50 +80,12 @@ def _check_unused(options: FaceFusionOptions, cfg: EngineConfig) -> None:
                        "the detector's; this service runs face_landmarker_model 'none': the score would be unused")
 
 
-SPLIT_MISSING: dict[str, tuple[str, str]] = {
-    "region_mask": ("face_mask_types region", "engine.masks.types has region"),
-    "target_embed": ("face_swapper_weight", "engine.swap.weight is not 0.5"),
-}
-"""The chain's steps the split placement cannot run, by step: the option that asks for it, and the
-service setting that does. The split placement runs the steps before the swap on the detector
-deployment, the swap on the swapper's and pastes in the ingress, which loads no model: the region
-mask (a model on the swapped crop) and the swapper weight (the target faces' embeddings) are the
-fused placement's."""
-
-
-def not_in_split(cfg: EngineConfig) -> list[tuple[str, str]]:
-    """The (option, setting) pairs of :data:`SPLIT_MISSING` whose steps ``cfg``'s chain runs."""
-    names = Chain.of(cfg).names
-    return [why for step, why in SPLIT_MISSING.items() if step in names]
-
-
-def _check_split(cfg: EngineConfig) -> None:
-    """422 when a request's resulting config (the service's with its options) runs a step the split
-    placement cannot run."""
-    needs = [option for option, _ in not_in_split(cfg)]
-    if needs:
-        raise ApiError(422, "not_in_placement", f"{', '.join(needs)}: not available in this service's split "
-                       "placement (the fused placement runs it)")
-
-
-def check_placement(settings: ServeSettings) -> None:
-    """ConfigError at the service's start when its placement is split and its own engine config
-    runs a step the split placement cannot run (every request would run it)."""
-    if settings.placement != "split":
-        return
-    needs = [setting for _, setting in not_in_split(settings.engine)]
-    if needs:
-        raise ConfigError(f"{' and '.join(needs)}: the split placement cannot run it (the region mask and the "
-                          "swapper weight run in the fused placement); use placement fused or change the engine "
-                          "config")
-
-
 def request_quality(options: FaceFusionOptions, settings: ServeSettings, *, enhancer: bool,
-                    enhance: bool = False, blend: float | None = None, placement: str = "fused") -> RequestQuality:
+                    enhance: bool = False, blend: float | None = None) -> RequestQuality:
     """Check a request's options against the service (its models, its caps, its config) and
     resolve its enhancement: ``enhance`` and ``blend`` (a share) are the older names, the
     ``face_enhancer_*`` options FaceFusion's (a blend in percent, and asking for the enhancer).
-    ``enhancer``: whether the service deployed one; ``placement``: where the chain runs."""
+    ``enhancer``: whether the service deployed one. Both placements run every step of the chain."""
     cfg = settings.engine
     wants = enhance or options.face_enhancer_model is not None or options.face_enhancer_blend is not None
     if blend is not None and options.face_enhancer_blend is not None:
@@ -137,8 +99,6 @@ def request_quality(options: FaceFusionOptions, settings: ServeSettings, *, enha
         resulting = configured(cfg, options)
     except ConfigError as exc:
         raise ApiError(422, "invalid_option", str(exc)) from exc
-    if placement == "split":
-        _check_split(resulting)
     models = quality_models(resulting)
     if not wants:
         return RequestQuality(options, None, models)
@@ -156,14 +116,25 @@ def quality_models(cfg: EngineConfig) -> frozenset[str]:
 
 
 def loaded_config(settings: ServeSettings) -> EngineConfig:
-    """The config the service loads its models from: the engine's, with the mask models that
-    requests may ask for (``limits.mask_models_allowed``) among its mask types."""
+    """The config the service loads its models from: the engine's, with what requests may ask for:
+    the mask models of ``limits.mask_models_allowed`` among its mask types, and (where the swapper
+    takes one) a swapper weight off 0.5, so the chain counts the target embedding step."""
     cfg = settings.engine
     types = list(dict.fromkeys([*cfg.masks.types, *settings.limits.mask_models_allowed]))
-    return cfg.model_copy(update={"masks": cfg.masks.model_copy(update={"types": types})})
+    weight = cfg.swap.weight if cfg.swap.weight != 0.5 else 0.25
+    return cfg.model_copy(update={"masks": cfg.masks.model_copy(update={"types": types}),
+                                  "swap": cfg.swap.model_copy(update={"weight": weight})})
 
 
 def quality_components(settings: ServeSettings) -> list[Component]:
     """The landmarker and mask models the service loads for its requests."""
     needed = required_components(loaded_config(settings))
     return [c for c in ("landmarker", "occluder", "parser") if c in needed]
+
+
+def part_components(settings: ServeSettings, after: Phase | None, until: Phase) -> list[Component]:
+    """The models one part of the chain (its steps after ``after`` up to ``until``) loads to run
+    any request the service accepts (the enhancer's steps counted: a request may ask for it)."""
+    cfg = loaded_config(settings)
+    cfg = cfg.model_copy(update={"enhance": cfg.enhance.model_copy(update={"enabled": True})})
+    return Chain.of(cfg).part(after, until).components(cfg)

@@ -219,9 +219,7 @@ RUNNERS: dict[str, Runner] = {
 def _runs(case: Case, runner: str) -> bool:
     if case.tracking:  # the engine does not track; Serve tracks only live streams, over time
         return runner in ("local", "ray")
-    # The split placement cannot run the region mask (a model on the swapped crop; its ingress loads
-    # none): a split service whose engine asks for it does not start (serve/quality.py).
-    return not (runner.startswith("serve split") and case.masks is not None and "region" in case.masks.types)
+    return True
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -45,7 +45,7 @@ def service(ray_cluster, models_config):
     from fusion_ray.serve.app import build_app
 
     args = {
-        "placement": "split",  # the deployments' stage metrics (redetect) are checked; both: test_placement.py
+        "placement": "split",  # the parts' step metrics (track) are checked; both: test_placement.py
         "engine": {"models": models_config.model_dump(mode="json"), "runtime": {"providers": ["cpu"]},
                    "swap": {"swapper": "classic"}},
         "deployments": {"ingress": {"num_cpus": 0.2}, "detector": {"num_cpus": 0.2},
@@ -75,7 +75,7 @@ def level2(service, models_config):
     from fusion_ray.serve.app import build_app
 
     args = {
-        "placement": "split",  # the deployments' stage metrics (redetect) are checked; both: test_placement.py
+        "placement": "split",  # the parts' step metrics (track) are checked; both: test_placement.py
         "engine": {"models": models_config.model_dump(mode="json"), "runtime": {"providers": ["cpu"]},
                    "swap": {"swapper": "classic"}},
         "deployments": {"ingress": {"num_cpus": 0.1}, "detector": {"num_cpus": 0.1},
@@ -248,8 +248,8 @@ def test_level_3_follows_faces_with_the_tracker_between_detections(level2, clip,
         inside, outside = _face_change(detector, _decode(jpegs[seq]), _decode(results[seq]))
         assert inside > 4 * outside and outside < 3, (seq, inside, outside)
     text = urllib.request.urlopen(f"http://{level2}/metrics", timeout=30).read().decode()
-    stages = {labels.get("stage") for labels, _ in parse_exposition(text).get("fusion_ray_stage_seconds_count", [])}
-    assert "redetect" in stages  # the crop re-detection ran on the detector deployment
+    steps = {labels.get("step") for labels, _ in parse_exposition(text).get("fusion_ray_step_seconds_count", [])}
+    assert "track" in steps  # the crop re-detection ran (in the detect part, where the chain's steps are counted)
 
 
 def _y4m(frames: list[np.ndarray], path: Path, fps: int) -> Path:

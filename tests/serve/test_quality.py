@@ -1,5 +1,5 @@
-"""What a request may ask with FaceFusion's options: the service's models, its caps, its placement
-(fusion_ray/serve/quality.py), and the form and OpenAPI that carry the options. No Ray."""
+"""What a request may ask with FaceFusion's options: the service's models, its caps, the models
+each placement's parts load (fusion_ray/serve/quality.py), and the form and OpenAPI that carry the options. No Ray."""
 
 from __future__ import annotations
 
@@ -10,7 +10,12 @@ from fusion_ray.errors import ConfigError
 from fusion_ray.facefusion_options import FACEFUSION_OPTIONS, FaceFusionOptions
 from fusion_ray.serve.forms import parse_multipart
 from fusion_ray.serve.limits import ApiError
-from fusion_ray.serve.quality import loaded_config, quality_components, request_quality
+from fusion_ray.serve.quality import (
+    loaded_config,
+    part_components,
+    quality_components,
+    request_quality,
+)
 from fusion_ray.serve.schemas import SwapOptions, SwapRequest, swap_request_schema
 from fusion_ray.serve.settings import parse_settings
 from tests.serve.helpers import forged_png
@@ -112,40 +117,28 @@ def test_the_weight_and_the_score_are_taken_where_they_are_used():
     ask({"face_landmarker_score": 0.3}, settings(engine={"landmarker": {"model": "dlib_68"}}))
 
 
-@pytest.mark.parametrize("options", [{"face_mask_types": ["box", "region"]}, {"face_swapper_weight": 0.8}])
-def test_the_split_placement_refuses_what_needs_a_model_after_the_swap_or_the_targets_embedding(options):
-    service = settings(engine={"landmarker": {"model": "dlib_68"}}, limits={"mask_models_allowed": ["region"]})
-    ask(options, service, placement="fused")
-    with pytest.raises(ApiError) as err:
-        ask(options, service, placement="split")
-    assert err.value.code == "not_in_placement" and next(iter(options)) in err.value.detail
-    ask({"face_mask_types": "box area", "mouth_mask": True, "face_landmarker_score": 0.3, "face_mask_padding": [10],
-         "face_swapper_pixel_boost": 256}, service, placement="split")
-
-
-@pytest.mark.parametrize(("engine", "option"), [({"masks": {"types": ["box", "region"]}}, "face_mask_types region"),
-                                                ({"swap": {"weight": 0.8}}, "face_swapper_weight")])
-def test_the_split_placement_checks_the_resulting_config_not_only_the_options(engine, option):
-    """The service's own region mask or swapper weight, on a request that gives no option: the split
-    placement would drop it silently."""
-    service = settings(engine=engine, limits={"mask_models_allowed": ["region"]})
-    ask({}, service, placement="fused")
-    with pytest.raises(ApiError) as err:
-        ask({}, service, placement="split")
-    assert err.value.code == "not_in_placement" and option in err.value.detail
-
-
-@pytest.mark.parametrize(("engine", "setting"), [({"masks": {"types": ["box", "region"]}}, "engine.masks.types has region"),
-                                                 ({"swap": {"weight": 0.8}}, "engine.swap.weight is not 0.5")])
-def test_a_split_service_whose_engine_asks_for_what_split_cannot_run_does_not_start(engine, setting):
+@pytest.mark.parametrize("placement", ["fused", "split"])
+def test_every_placement_starts_with_a_region_mask_and_a_swapper_weight_in_its_engine(placement):
+    """The split placement runs every step of the chain (its parts cut by phase): a service whose own
+    engine runs the region mask (after the swap) and the swapper weight (the targets' embeddings)
+    starts in either placement."""
     from fusion_ray.serve.app import build_app
 
-    args = {"auth": {"token_env": None}, "engine": engine, "limits": {"mask_models_allowed": ["region"]}}
-    with pytest.raises(ConfigError, match=f"{setting}: the split placement cannot run it"):
-        build_app({**args, "placement": "split"})
-    build_app({**args, "placement": "fused"})
-    build_app({"auth": {"token_env": None}, "placement": "split",  # a classic swap runs no weight step
-               "engine": {"swap": {"swapper": "classic", "weight": 0.8}}})
+    build_app({"auth": {"token_env": None}, "placement": placement, "limits": {"mask_models_allowed": ["region"]},
+               "engine": {"masks": {"types": ["box", "region"]}, "swap": {"weight": 0.8}}})
+
+
+def test_each_split_part_loads_the_models_of_its_steps_for_what_requests_may_ask():
+    from fusion_ray.serve.deployments import part_bounds
+
+    service = settings(engine={"landmarker": {"model": "dlib_68"}},
+                       limits={"mask_models_allowed": ["occlusion", "region"]})
+    loads = {name: part_components(service, *part_bounds(name)) for name in ("detect", "swap", "paste", "enhance")}
+    # the detector: the targets' embeddings for a request's swapper weight (inswapper takes one)
+    assert loads == {"detect": ["detector", "landmarker", "embedder", "occluder"], "swap": ["swapper", "parser"],
+                     "paste": [], "enhance": ["enhancer"]}
+    classic = settings(engine={"swap": {"swapper": "classic"}})
+    assert "embedder" not in part_components(classic, *part_bounds("detect"))  # no weight to balance
 
 
 def test_the_services_defaults_must_be_within_its_caps():
