@@ -74,9 +74,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def _stream_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("stream")
     group.add_argument("--token", help=f"API token (default: ${TOKEN_ENV})")
-    group.add_argument("--faces", dest="stream_select", choices=["all", "largest", "index"], default="all",
-                       help="which faces to swap (default all)")
-    group.add_argument("--index", dest="stream_index", type=int, default=0, help="face index for --faces index")
+    group.add_argument("--faces", dest="stream_select", choices=["all", "largest", "index"], default=None,
+                       help="which faces to swap (default: the server's engine.selection, all unless configured)")
+    group.add_argument("--index", dest="stream_index", type=int, default=None,
+                       help="face index for --faces index (default: the server's)")
     group.add_argument("--deadline-ms", type=int, default=300, help="per-frame deadline (default 300)")
     group.add_argument("--quality", type=int, default=85, help="JPEG quality of results (default 85)")
 

@@ -48,6 +48,11 @@ class Selection:
     def of(cls, cfg: SelectionConfig, reference: Embedding | None = None) -> Selection:
         return cls(cfg.mode, cfg.index, reference, cfg.max_distance)
 
+    @classmethod
+    def asked(cls, mode: str | None, index: int | None, cfg: SelectionConfig) -> Selection:
+        """A request's or stream's mode and index, each the configured one where it gives none."""
+        return cls(mode or cfg.mode, index if index is not None else cfg.index, None, cfg.max_distance)
+
     def choose(self, faces: Sequence[Face]) -> list[Face]:
         return select_faces(faces, self.mode, index=self.index, reference=self.reference,
                             max_distance=self.max_distance)

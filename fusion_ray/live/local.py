@@ -92,6 +92,7 @@ class EngineStreamProcessor:
         self.identity = identity
         self.start = start
         self.options = start.facefusion
+        self.selection = chain.Selection.asked(start.select, start.face_index, self.engine.cfg.selection)
         self.costly = is_costly(configured(self.engine.cfg, self.options))
         self.light = without_costly(self.options, self.engine.cfg)
         blend = start.face_enhancer_blend
@@ -113,7 +114,7 @@ class EngineStreamProcessor:
         """The frame through :class:`FrameChain` with the plan's detection choices; finding the
         faces holds the stream's follower, the rest of the chain does not."""
         check_frame(frame)
-        request = FrameRequest(frame, chain.Selection(self.start.select, self.start.face_index),
+        request = FrameRequest(frame, self.selection,
                                self.blend if plan.enhance else None, plan.detector_size, plan.seq,
                                plan.landmarks is not None, self.follower,
                                self.options if plan.costly else self.light)

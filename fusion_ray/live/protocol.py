@@ -76,8 +76,10 @@ class StartMessage(FaceFusionOptions):
     type: Literal["start"] = "start"
     token: str | None = Field(default=None, max_length=4096, description="The API token, if the server has one.")
     source_id: str = Field(min_length=1, max_length=256, description="A source registered via POST /v1/sources.")
-    select: Literal["all", "largest", "index"] = Field(default="all", description="Which faces to swap.")
-    face_index: int = Field(default=0, ge=0, le=1024, description="Face in reading order, for select=index.")
+    select: Literal["all", "largest", "index"] | None = Field(
+        default=None, description="Which faces to swap (none given: the server's configured selection).")
+    face_index: int | None = Field(default=None, ge=0, le=1024,
+                                   description="Face in reading order, for select=index (none given: the server's).")
     enhance: bool = Field(default=False, description="Enhance swapped faces (the ladder may turn it off).")
     quality: int = Field(default=85, ge=1, le=100, description="JPEG quality of results.")
     deadline_ms: int | None = Field(default=None, ge=1, le=60_000,

@@ -250,8 +250,8 @@ class IngressCore:
         opts = req.options
         quality = request_quality(opts.facefusion, self.settings, enhancer=self.downstream.enhancer is not None,
                                   enhance=opts.enhance, blend=opts.blend)
-        mode = opts.select or self.settings.engine.selection.mode
-        index = opts.face_index if opts.face_index is not None else self.settings.engine.selection.index
+        selection = Selection.asked(opts.select, opts.face_index, self.settings.engine.selection)
+        mode, index = selection.mode, selection.index
 
         async def get_identity() -> tuple[str, SourceIdentity]:
             with t.timed("source"):
@@ -262,7 +262,7 @@ class IngressCore:
 
         async def swapped() -> tuple[LoadedImage, FrameDone]:
             loaded = await self.decode(t, req.target, req.target_header, "target image")
-            request = FrameRequest(loaded.frame, Selection(mode, index), quality.enhance_blend,
+            request = FrameRequest(loaded.frame, selection, quality.enhance_blend,
                                    options=quality.options)
             return loaded, await self.chain.frame(t, request, identity)
 

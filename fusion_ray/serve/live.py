@@ -104,6 +104,7 @@ class ServeStreamProcessor:
         self.key = f"stream_{start.source_id}"
         self._stand_ins = stand_ins
         self.follower = StreamFollower(route.settings.engine.tracking)
+        self.selection = chain.Selection.asked(start.select, start.face_index, route.settings.engine.selection)
 
     @property
     def stand_in_models(self) -> list[str]:
@@ -111,7 +112,7 @@ class ServeStreamProcessor:
 
     async def process(self, frame: Frame, plan: FramePlan) -> Processed:
         """The frame with its selected faces swapped; raises rather than return an unswapped face."""
-        request = FrameRequest(frame, chain.Selection(self.start.select, self.start.face_index),
+        request = FrameRequest(frame, self.selection,
                                self.quality.enhance_blend if plan.enhance else None, plan.detector_size, plan.seq,
                                plan.landmarks is not None, self.follower,
                                self.quality.options if plan.costly else self.light)

@@ -43,7 +43,7 @@ def test_short_message_is_a_protocol_error():
 def test_start_defaults_and_fields():
     start = parse_start('{"source_id": "src_1"}')
     assert (start.token, start.select, start.face_index, start.enhance, start.quality, start.deadline_ms) == (
-        None, "all", 0, False, 85, None)
+        None, None, None, False, 85, None)  # no selection given: the server's configured one
     full = parse_start(json.dumps({"token": "t", "source_id": "s", "select": "index", "face_index": 2,
                                    "enhance": True, "quality": 60, "deadline_ms": 150, "type": "start"}))
     assert (full.token, full.select, full.face_index, full.enhance, full.quality, full.deadline_ms) == (

@@ -94,3 +94,16 @@ def test_the_service_defaults_model_masks_and_pixel_boost_are_dropped_at_level_1
     assert full.face_mask_types is None and full.face_swapper_pixel_boost is None  # the service's own
     assert light.face_mask_types == ("box",) and light.face_swapper_pixel_boost == "128x128"
     assert not asyncio.run(ServeStreamBackend(route(EchoChain())).open(StartMessage(source_id="known"))).costly
+
+
+def test_a_stream_that_names_no_selection_takes_the_services():
+    """As HTTP requests do (``engine.selection``); a start message's own select and index win."""
+    settings = ServeSettings.model_validate({"engine": {"selection": {"mode": "index", "index": 1}}})
+    chain = EchoChain()
+    backend = ServeStreamBackend(route(chain, settings=settings))
+    frame = np.zeros((8, 8, 3), np.uint8)
+    for start in (StartMessage(source_id="known"), StartMessage(source_id="known", select="all", face_index=0)):
+        asyncio.run(asyncio.run(backend.open(start)).process(frame, FramePlan(seq=0, level=0, enhance=False)))
+    (default, *_), (given, *_) = chain.requests
+    assert (default.selection.mode, default.selection.index) == ("index", 1)
+    assert (given.selection.mode, given.selection.index) == ("all", 0)
