@@ -44,21 +44,25 @@ class LabSource:
     std: np.ndarray
 
 
-def _masked_stats(lab: np.ndarray, weight: StatsWeight) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and standard deviation of each channel of ``lab`` (H, W, 3) float32 under ``weight``.
+def ordered_sums(rows: np.ndarray) -> np.ndarray:
+    """The column sums of ``rows`` (N, 3) float32, added in row order in float32: the values of
+    ``rows.sum(axis=0)``, in a quarter of its time (the last entry of OpenCV's integral image of
+    the rows as one image row: a running float32 sum per channel)."""
+    line = np.ascontiguousarray(rows, np.float32).reshape(1, -1, 3)
+    return np.asarray(cv2.integral(line, sdepth=cv2.CV_32F)[-1, -1], np.float32)
 
-    The weighted sums run in float32 in pixel order (``np.add.accumulate``: the order and the
-    rounding of the ``sum(axis=0)`` they replace, at two thirds of its cost).
-    """
+
+def _masked_stats(lab: np.ndarray, weight: StatsWeight) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation of each channel of ``lab`` (H, W, 3) float32 under ``weight``
+    (float32 throughout, the weighted sums in pixel order: :func:`ordered_sums`)."""
     flat = lab.reshape(-1, 3)
     if weight.total < 1.0:
         return flat.mean(axis=0), flat.std(axis=0)
-    mean = np.add.accumulate(flat * weight.rows, axis=0)[-1] / weight.total
+    mean = ordered_sums(flat * weight.rows) / weight.total
     centred = flat - mean
     np.multiply(centred, centred, out=centred)
     np.multiply(centred, weight.rows, out=centred)
-    var = np.add.accumulate(centred, axis=0)[-1] / weight.total
-    return mean, np.sqrt(var)
+    return mean, np.sqrt(ordered_sums(centred) / weight.total)
 
 
 def _lab_of(crop: Crop, weight: StatsWeight) -> np.ndarray:

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from fusion_ray.ops.classic import classic_face_mask
-from fusion_ray.ops.color import StatsWeight, color_transfer, lab_source, transfer_lab
+from fusion_ray.ops.color import StatsWeight, color_transfer, lab_source, ordered_sums, transfer_lab
 
 
 def test_color_transfer_matches_the_target_statistics():
@@ -84,3 +84,15 @@ def test_a_prepared_weight_refuses_other_crop_sizes() -> None:
         lab_source(np.zeros((8, 8, 3), np.uint8), weight)
     with pytest.raises(ValueError, match="expected a mask of shape"):
         StatsWeight.of(np.ones((8, 8), np.float32), (16, 16))
+
+
+@pytest.mark.parametrize("rows", [1, 7, 4096, 65536])
+def test_ordered_sums_add_in_the_order_of_sum_over_rows(rows) -> None:  # type: ignore[no-untyped-def]
+    """Another order (pairwise, SIMD lanes) rounds differently on these values: a library change
+    that reorders the sums fails here before it moves a classic swap's pixels."""
+    values = (np.random.default_rng(rows).random((rows, 3)) * 255).astype(np.float32)
+    sums = ordered_sums(values)
+    assert sums.dtype == np.float32
+    np.testing.assert_array_equal(sums, values.sum(axis=0))
+    if rows > 1000:
+        assert not np.array_equal(sums, np.ascontiguousarray(values.T).sum(axis=1))  # pairwise: other values
