@@ -19,11 +19,12 @@ from fusion_ray.types import Crop, Mask
 
 @dataclass(frozen=True)
 class StatsWeight:
-    """A mask prepared for masked statistics: its weights, one row per pixel (H*W, 1) float32,
-    and their total. Below a total of 1 the statistics are unweighted."""
+    """A mask prepared for masked statistics: its weights, repeated for the three channels of
+    each pixel (H, W, 3) float32, and their total. Below a total of 1 the statistics are
+    unweighted."""
 
     shape_hw: tuple[int, int]
-    rows: np.ndarray
+    pixels: np.ndarray
     total: float
 
     @classmethod
@@ -32,7 +33,7 @@ class StatsWeight:
         weight = np.ones(shape_hw, np.float32) if mask is None else mask.astype(np.float32)
         if weight.shape != shape_hw:
             raise ValueError(f"expected a mask of shape {shape_hw}, got {weight.shape}")
-        return cls(shape_hw, weight.reshape(-1, 1), float(weight.sum()))
+        return cls(shape_hw, np.repeat(weight[..., None], 3, axis=2), float(weight.sum()))
 
 
 @dataclass(frozen=True)
@@ -53,16 +54,17 @@ def ordered_sums(rows: np.ndarray) -> np.ndarray:
 
 
 def _masked_stats(lab: np.ndarray, weight: StatsWeight) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and standard deviation of each channel of ``lab`` (H, W, 3) float32 under ``weight``
-    (float32 throughout, the weighted sums in pixel order: :func:`ordered_sums`)."""
-    flat = lab.reshape(-1, 3)
+    """Mean and standard deviation of each channel of ``lab`` (H, W, 3) float32 under ``weight``:
+    float32 throughout, the weighted sums in pixel order (:func:`ordered_sums`), the element-wise
+    steps by OpenCV (the same float32 operations as NumPy's, in less than half the time)."""
     if weight.total < 1.0:
+        flat = lab.reshape(-1, 3)
         return flat.mean(axis=0), flat.std(axis=0)
-    mean = ordered_sums(flat * weight.rows) / weight.total
-    centred = flat - mean
-    np.multiply(centred, centred, out=centred)
-    np.multiply(centred, weight.rows, out=centred)
-    return mean, np.sqrt(ordered_sums(centred) / weight.total)
+    mean = ordered_sums(cv2.multiply(lab, weight.pixels).reshape(-1, 3)) / weight.total
+    # A float32 mean is exact as OpenCV's Scalar (its stubs lack the Scalar form of subtract).
+    centred = cv2.subtract(lab, (float(mean[0]), float(mean[1]), float(mean[2]), 0.0))  # type: ignore[call-overload]
+    spread = cv2.multiply(cv2.multiply(centred, centred), weight.pixels)
+    return mean, np.sqrt(ordered_sums(spread.reshape(-1, 3)) / weight.total)
 
 
 def _lab_of(crop: Crop, weight: StatsWeight) -> np.ndarray:
