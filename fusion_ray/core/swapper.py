@@ -9,16 +9,19 @@ pixel boost size); :func:`swap_backend` is the one place that chooses the backen
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.core.layout import CropLayout, swap_layout, swapper_spec
+from fusion_ray.core.lru import LockedLru
 from fusion_ray.core.modelset import ModelSet
 from fusion_ray.models.spec_models import SpecSwapper
 from fusion_ray.models.swapper import InswapperSwapper
 from fusion_ray.ops.classic import classic_swap_crop
+from fusion_ray.ops.color import LabSource, StatsWeight, lab_source
 from fusion_ray.ops.pixel_boost import boost_factor, boosted_call
 from fusion_ray.ops.source_weight import DEFAULT_SWAPPER_WEIGHT, balance_embedding
 from fusion_ray.types import SourceIdentity
@@ -145,29 +148,58 @@ class SpecBackend:
         return self.model.swap(crops, sources) if k == 1 else boosted_call(crops, k, self.model.swap, sources)
 
 
+@dataclass(frozen=True, eq=False)
+class SameIdentity:
+    """A cache key that is one :class:`SourceIdentity` object (not an equal one). The key holds
+    the identity, so its ``id`` is never another object's while the key is kept."""
+
+    identity: SourceIdentity
+
+    def __hash__(self) -> int:
+        return id(self.identity)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SameIdentity) and other.identity is self.identity
+
+
 class ClassicBackend:
-    """The model-free classic swap: the source crop, recoloured to each target crop."""
+    """The model-free classic swap: the source crop, recoloured to each target crop.
+
+    Each identity's crop is converted to Lab and measured once, then kept (the last
+    :data:`MAX_SOURCES` identities): a stream or a video swaps the same source into every face
+    of every frame, and only the target's side is computed per face.
+    """
 
     name = "classic"
+    MAX_SOURCES = 32
+    """Prepared sources kept (each the crop in Lab: 196 KB at 256 px, with its identity)."""
 
     def __init__(self, layout: CropLayout) -> None:
         self.layout = layout
+        self.weight = StatsWeight.of(layout.mask, (layout.size, layout.size))
+        self._sources: LockedLru[SameIdentity, LabSource] = LockedLru(self.MAX_SOURCES, self._prepared)
 
     def check_identity(self, identity: SourceIdentity) -> None:
         size = self.layout.size
         if identity.crop is None or identity.crop.shape != (size, size, 3):
             raise ValueError("classic swap needs a source crop of the swap crop size")
 
+    def source(self, identity: SourceIdentity) -> LabSource:
+        """The identity's crop in Lab with its statistics (made on its first face, then kept)."""
+        self.check_identity(identity)
+        return self._sources.get(SameIdentity(identity))
+
+    def _prepared(self, key: SameIdentity) -> LabSource:
+        assert key.identity.crop is not None
+        return lab_source(key.identity.crop, self.weight)
+
     def swap(self, crops: np.ndarray, identities: Sequence[SourceIdentity],
              targets: np.ndarray | None = None) -> np.ndarray:
         if len(crops) == 0:
             return crops.copy()
-        out = []
-        for crop, identity in zip(crops, identities, strict=True):
-            self.check_identity(identity)
-            assert identity.crop is not None
-            out.append(classic_swap_crop(identity.crop, crop, self.layout.mask))
-        return np.stack(out)
+        sources = [self.source(identity) for identity in identities]
+        return np.stack([classic_swap_crop(source, crop, self.weight)
+                         for crop, source in zip(crops, sources, strict=True)])
 
 
 def swap_backend(cfg: EngineConfig, models: ModelSet) -> SwapBackend:

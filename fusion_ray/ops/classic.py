@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fusion_ray.ops.color import color_transfer
+from fusion_ray.ops.color import LabSource, StatsWeight, transfer_lab
 from fusion_ray.ops.mask import box_mask, ellipse_mask
 from fusion_ray.types import Crop, Mask
 
@@ -25,6 +25,7 @@ def classic_face_mask(crop_size: int, blur: float = 0.3) -> Mask:
     return (inner * box_mask(crop_size, blur=blur)).astype(np.float32)
 
 
-def classic_swap_crop(source_crop: Crop, target_crop: Crop, mask: Mask) -> Crop:
-    """The source crop with the target crop's colour statistics inside ``mask``."""
-    return color_transfer(source_crop, target_crop, mask)
+def classic_swap_crop(source: LabSource, target_crop: Crop, weight: StatsWeight) -> Crop:
+    """The source crop (prepared once by :func:`fusion_ray.ops.color.lab_source`) with the target
+    crop's colour statistics inside the mask of ``weight``."""
+    return transfer_lab(source, target_crop, weight)

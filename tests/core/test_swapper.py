@@ -12,14 +12,23 @@ import pytest
 
 from fusion_ray.config import EngineConfig, ModelsConfig, RuntimeConfig, SwapConfig
 from fusion_ray.core.layout import swap_layout
+from fusion_ray.core.lru import LockedLru
 from fusion_ray.core.modelset import ModelSet
-from fusion_ray.core.swapper import InswapperBackend, SpecBackend, swap_backend
+from fusion_ray.core.swapper import (
+    ClassicBackend,
+    InswapperBackend,
+    SameIdentity,
+    SpecBackend,
+    swap_backend,
+)
 from fusion_ray.engine import Engine
 from fusion_ray.errors import ConfigError
 from fusion_ray.imageio import read_image
 from fusion_ray.models.registry import get_spec
+from fusion_ray.ops.color import LabSource, color_transfer
 from fusion_ray.ops.pixel_boost import merge_tiles, split_tiles
 from fusion_ray.ops.source_weight import balance_embedding
+from fusion_ray.types import SourceIdentity
 from tests.models.session_helpers import recording
 
 CPU = RuntimeConfig(providers=["cpu"])
@@ -199,3 +208,48 @@ def test_an_unknown_swapper_is_a_config_error_naming_the_valid_ones(rows_models_
         swap_layout(cfg)
     with pytest.raises(ConfigError, match="crossface_ghost.*not a registered swapper"):
         ModelSet.load(_row_cfg(rows_models_config, "crossface_ghost"), ["swapper"])
+
+
+def _classic_identity(crop: np.ndarray) -> SourceIdentity:
+    return SourceIdentity(embedding=None, latent=None, crop=crop, num_images=1)
+
+
+def test_the_classic_backend_prepares_each_identity_once_and_keeps_them_apart() -> None:
+    layout = swap_layout(EngineConfig(swap=SwapConfig(swapper="classic", classic_crop_size=64)))
+    rng = np.random.default_rng(3)
+    first = _classic_identity(rng.integers(0, 120, (64, 64, 3), dtype=np.uint8))
+    second = _classic_identity(rng.integers(120, 256, (64, 64, 3), dtype=np.uint8))
+    crops = rng.integers(0, 256, (4, 64, 64, 3), dtype=np.uint8)
+    backend = ClassicBackend(layout)
+    prepared: list[int] = []
+    make = backend._prepared
+
+    def counted(key: SameIdentity) -> LabSource:
+        prepared.append(id(key.identity))
+        return make(key)
+
+    backend._sources = LockedLru(backend.MAX_SOURCES, counted)
+    identities = [first, second, first, second]
+    out = backend.swap(crops, identities)
+    out_again = backend.swap(crops, identities)
+    for k, identity in enumerate(identities):  # each face with its own identity's colours
+        assert identity.crop is not None
+        np.testing.assert_array_equal(out[k], color_transfer(identity.crop, crops[k], layout.mask))
+    assert not np.array_equal(out[0], backend.swap(crops[:1], [second])[0])
+    np.testing.assert_array_equal(out_again, out)
+    assert prepared == [id(first), id(second)]  # once each, over both calls
+    equal_copy = replace(first)  # an equal identity made anew is its own entry, never a stale one
+    backend.swap(crops[:1], [equal_copy])
+    assert prepared[-1] == id(equal_copy) and len(prepared) == 3
+
+
+def test_the_classic_backend_keeps_at_most_max_sources() -> None:
+    layout = swap_layout(EngineConfig(swap=SwapConfig(swapper="classic", classic_crop_size=64)))
+    backend = ClassicBackend(layout)
+    backend._sources = LockedLru(2, backend._prepared)
+    crop = np.zeros((1, 64, 64, 3), np.uint8)
+    identities = [_classic_identity(np.full((64, 64, 3), k * 40, np.uint8)) for k in range(3)]
+    for identity in identities:
+        backend.swap(crop, [identity])
+    kept = backend._sources.keys()  # least recently used first
+    assert [key.identity for key in kept] == identities[1:]
