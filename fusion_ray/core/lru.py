@@ -19,9 +19,9 @@ V = TypeVar("V")
 
 class LockedLru(Generic[K, V]):
     """``make(key)`` made once per key and kept, at most ``max_size`` keys (the least recently
-    used dropped first)."""
+    used dropped first). Without ``make`` each :meth:`get` names its own maker."""
 
-    def __init__(self, max_size: int, make: Callable[[K], V]) -> None:
+    def __init__(self, max_size: int, make: Callable[[K], V] | None = None) -> None:
         if max_size < 1:
             raise ValueError(f"max_size: expected at least 1, got {max_size}")
         self.max_size = max_size
@@ -29,13 +29,17 @@ class LockedLru(Generic[K, V]):
         self._items: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: K) -> V:
-        """The value of ``key``, made now if it is not kept (``make``'s errors go to the caller)."""
+    def get(self, key: K, make: Callable[[K], V] | None = None) -> V:
+        """The value of ``key``, made now if it is not kept (by ``make``, else the cache's maker;
+        its errors go to the caller)."""
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
-        value = self._make(key)
+        maker = make or self._make
+        if maker is None:
+            raise TypeError("LockedLru.get: no maker for a key not kept")
+        value = maker(key)
         with self._lock:
             if key in self._items:  # another thread made it meanwhile: keep the first
                 self._items.move_to_end(key)

@@ -8,8 +8,8 @@ pixel boost size); :func:`swap_backend` is the one place that chooses the backen
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -148,36 +148,28 @@ class SpecBackend:
         return self.model.swap(crops, sources) if k == 1 else boosted_call(crops, k, self.model.swap, sources)
 
 
-@dataclass(frozen=True, eq=False)
-class SameIdentity:
-    """A cache key that is one :class:`SourceIdentity` object (not an equal one). The key holds
-    the identity, so its ``id`` is never another object's while the key is kept."""
-
-    identity: SourceIdentity
-
-    def __hash__(self) -> int:
-        return id(self.identity)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, SameIdentity) and other.identity is self.identity
+def crop_key(crop: np.ndarray) -> tuple[tuple[int, ...], bytes]:
+    """A source crop's cache key: its shape and a 128-bit digest of its pixels (equal crops, and
+    only they, share it: an identity unpickled anew in every Serve call still finds its entry)."""
+    return crop.shape, hashlib.blake2b(np.ascontiguousarray(crop).data, digest_size=16).digest()
 
 
 class ClassicBackend:
     """The model-free classic swap: the source crop, recoloured to each target crop.
 
-    Each identity's crop is converted to Lab and measured once, then kept (the last
-    :data:`MAX_SOURCES` identities): a stream or a video swaps the same source into every face
-    of every frame, and only the target's side is computed per face.
+    Each source crop is converted to Lab and measured once, then kept by its content
+    (:func:`crop_key`; the last :data:`MAX_SOURCES`): a stream or a video swaps the same source
+    into every face of every frame, and only the target's side is computed per face.
     """
 
     name = "classic"
     MAX_SOURCES = 32
-    """Prepared sources kept (each the crop in Lab: 196 KB at 256 px, with its identity)."""
+    """Prepared sources kept (each the crop in Lab: 196 KB at 256 px)."""
 
     def __init__(self, layout: CropLayout) -> None:
         self.layout = layout
         self.weight = StatsWeight.of(layout.mask, (layout.size, layout.size))
-        self._sources: LockedLru[SameIdentity, LabSource] = LockedLru(self.MAX_SOURCES, self._prepared)
+        self._sources: LockedLru[tuple[tuple[int, ...], bytes], LabSource] = LockedLru(self.MAX_SOURCES)
 
     def check_identity(self, identity: SourceIdentity) -> None:
         size = self.layout.size
@@ -187,19 +179,20 @@ class ClassicBackend:
     def source(self, identity: SourceIdentity) -> LabSource:
         """The identity's crop in Lab with its statistics (made on its first face, then kept)."""
         self.check_identity(identity)
-        return self._sources.get(SameIdentity(identity))
-
-    def _prepared(self, key: SameIdentity) -> LabSource:
-        assert key.identity.crop is not None
-        return lab_source(key.identity.crop, self.weight)
+        assert identity.crop is not None
+        crop = identity.crop
+        return self._sources.get(crop_key(crop), lambda _: lab_source(crop, self.weight))
 
     def swap(self, crops: np.ndarray, identities: Sequence[SourceIdentity],
              targets: np.ndarray | None = None) -> np.ndarray:
         if len(crops) == 0:
             return crops.copy()
-        sources = [self.source(identity) for identity in identities]
-        return np.stack([classic_swap_crop(source, crop, self.weight)
-                         for crop, source in zip(crops, sources, strict=True)])
+        prepared: dict[int, LabSource] = {}  # each identity object of the call looked up once
+        for identity in identities:
+            if id(identity) not in prepared:
+                prepared[id(identity)] = self.source(identity)
+        return np.stack([classic_swap_crop(prepared[id(identity)], crop, self.weight)
+                         for crop, identity in zip(crops, identities, strict=True)])
 
 
 def swap_backend(cfg: EngineConfig, models: ModelSet) -> SwapBackend:

@@ -17,8 +17,8 @@ from fusion_ray.core.modelset import ModelSet
 from fusion_ray.core.swapper import (
     ClassicBackend,
     InswapperBackend,
-    SameIdentity,
     SpecBackend,
+    crop_key,
     swap_backend,
 )
 from fusion_ray.engine import Engine
@@ -214,42 +214,50 @@ def _classic_identity(crop: np.ndarray) -> SourceIdentity:
     return SourceIdentity(embedding=None, latent=None, crop=crop, num_images=1)
 
 
-def test_the_classic_backend_prepares_each_identity_once_and_keeps_them_apart() -> None:
+def test_the_classic_backend_prepares_each_source_crop_once_and_keeps_them_apart(monkeypatch) -> None:
+    """Keyed by the crop's content: an identity unpickled anew (a Serve call) finds its entry, and
+    two different crops never share one."""
+    import pickle
+
+    import fusion_ray.core.swapper as swapper_module
+
     layout = swap_layout(EngineConfig(swap=SwapConfig(swapper="classic", classic_crop_size=64)))
     rng = np.random.default_rng(3)
     first = _classic_identity(rng.integers(0, 120, (64, 64, 3), dtype=np.uint8))
     second = _classic_identity(rng.integers(120, 256, (64, 64, 3), dtype=np.uint8))
     crops = rng.integers(0, 256, (4, 64, 64, 3), dtype=np.uint8)
     backend = ClassicBackend(layout)
-    prepared: list[int] = []
-    make = backend._prepared
+    prepared: list[bytes] = []
+    make = swapper_module.lab_source
 
-    def counted(key: SameIdentity) -> LabSource:
-        prepared.append(id(key.identity))
-        return make(key)
+    def counted(crop: np.ndarray, weight) -> LabSource:  # type: ignore[no-untyped-def]
+        prepared.append(crop.tobytes())
+        return make(crop, weight)
 
-    backend._sources = LockedLru(backend.MAX_SOURCES, counted)
+    monkeypatch.setattr(swapper_module, "lab_source", counted)
     identities = [first, second, first, second]
     out = backend.swap(crops, identities)
-    out_again = backend.swap(crops, identities)
+    out_again = backend.swap(crops, [pickle.loads(pickle.dumps(i)) for i in identities])  # copies, as in Serve
     for k, identity in enumerate(identities):  # each face with its own identity's colours
         assert identity.crop is not None
         np.testing.assert_array_equal(out[k], color_transfer(identity.crop, crops[k], layout.mask))
     assert not np.array_equal(out[0], backend.swap(crops[:1], [second])[0])
     np.testing.assert_array_equal(out_again, out)
-    assert prepared == [id(first), id(second)]  # once each, over both calls
-    equal_copy = replace(first)  # an equal identity made anew is its own entry, never a stale one
-    backend.swap(crops[:1], [equal_copy])
-    assert prepared[-1] == id(equal_copy) and len(prepared) == 3
+    assert first.crop is not None and second.crop is not None
+    assert prepared == [first.crop.tobytes(), second.crop.tobytes()]  # once each, over every call
+    changed = first.crop.copy()
+    changed[0, 0, 0] ^= 1  # one bit of one pixel: another source
+    backend.swap(crops[:1], [replace(first, crop=changed)])
+    assert prepared[-1] == changed.tobytes() and len(prepared) == 3
 
 
 def test_the_classic_backend_keeps_at_most_max_sources() -> None:
     layout = swap_layout(EngineConfig(swap=SwapConfig(swapper="classic", classic_crop_size=64)))
     backend = ClassicBackend(layout)
-    backend._sources = LockedLru(2, backend._prepared)
+    backend._sources = LockedLru(2)
     crop = np.zeros((1, 64, 64, 3), np.uint8)
     identities = [_classic_identity(np.full((64, 64, 3), k * 40, np.uint8)) for k in range(3)]
     for identity in identities:
         backend.swap(crop, [identity])
     kept = backend._sources.keys()  # least recently used first
-    assert [key.identity for key in kept] == identities[1:]
+    assert kept == [crop_key(np.full((64, 64, 3), k * 40, np.uint8)) for k in (1, 2)]
