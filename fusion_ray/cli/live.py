@@ -90,8 +90,10 @@ def _local_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _start(args: argparse.Namespace, source_id: str) -> dict[str, Any]:
-    start: dict[str, Any] = {"source_id": source_id, "select": args.stream_select, "face_index": args.stream_index,
-                             "quality": args.quality, "deadline_ms": args.deadline_ms}
+    start: dict[str, Any] = {"source_id": source_id, "quality": args.quality, "deadline_ms": args.deadline_ms}
+    # no selection given: none sent, and the server takes its own (engine.selection)
+    start.update({key: value for key, value in (("select", args.stream_select), ("face_index", args.stream_index))
+                  if value is not None})
     if getattr(args, "enhance", None) is not None:
         start["enhance"] = True
     # FaceFusion's options given on the command line travel in the start message (a server checks

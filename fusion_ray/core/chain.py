@@ -49,9 +49,14 @@ class Selection:
         return cls(cfg.mode, cfg.index, reference, cfg.max_distance)
 
     @classmethod
-    def asked(cls, mode: str | None, index: int | None, cfg: SelectionConfig) -> Selection:
-        """A request's or stream's mode and index, each the configured one where it gives none."""
-        return cls(mode or cfg.mode, index if index is not None else cfg.index, None, cfg.max_distance)
+    def asked(cls, mode: str | None, index: int | None, cfg: SelectionConfig,
+              reference: Embedding | None = None) -> Selection:
+        """A request's or stream's mode and index, each the configured one where it gives none
+        (ValueError: mode reference without the reference face's embedding)."""
+        chosen = cls(mode or cfg.mode, index if index is not None else cfg.index, reference, cfg.max_distance)
+        if chosen.mode == "reference" and reference is None:
+            raise ValueError("select reference needs a reference face (engine.selection.reference_path)")
+        return chosen
 
     def choose(self, faces: Sequence[Face]) -> list[Face]:
         return select_faces(faces, self.mode, index=self.index, reference=self.reference,

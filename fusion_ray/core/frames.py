@@ -1,4 +1,4 @@
-"""Whole frames through the chain in one process, batched across frames: the fused placement.
+"""Whole frames through the chain in one process, batched across frames, whole or part by part.
 
 :class:`FrameChain` runs the declared chain (:class:`fusion_ray.core.steps.Chain`, the steps the
 engine, the local runner and the Ray stages run) over a batch of :class:`FrameJob` values, each
@@ -7,8 +7,10 @@ chain's per-frame :class:`~fusion_ray.core.steps.Rows`. A live stream at level 3
 faces on crops before the chain; those faces are *given* to it, as a tracking read's are. The
 swap and the enhancer run once over every face of every frame of the batch. Its users: the
 in-process live backend (``fusion-ray live``, :mod:`fusion_ray.live.local`) with batches of one
-frame, and the fused Serve deployment (:mod:`fusion_ray.serve.fused`), whose ``@serve.batch``
-gathers the frames of concurrent HTTP requests and live streams.
+frame, the fused Serve deployment (:mod:`fusion_ray.serve.fused`), whose ``@serve.batch``
+gathers the frames of concurrent HTTP requests and live streams, and the split placement's
+deployments, each of which runs one part of the chain (:meth:`FrameChain.find` and
+:meth:`FrameChain.advance` between phases) and hands the frame's :class:`FrameState` on.
 
 A frame's failure is its :attr:`FrameDone.error` (the frame comes back unchanged); the caller
 never passes it off as processed. Fatal errors (memory, model, provider) raise.

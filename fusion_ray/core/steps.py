@@ -324,13 +324,6 @@ class Chain:
     def writes(self) -> set[Field]:
         return {w for step in self.steps for w in step.writes}
 
-    def split(self, phase: Phase) -> tuple[Chain, Chain]:
-        """The steps up to and including ``phase``, and those after it (run one after the other:
-        the whole chain, in two calls)."""
-        cut = PHASES.index(phase)
-        return (Chain(tuple(s for s in self.steps if PHASES.index(s.phase) <= cut)),
-                Chain(tuple(s for s in self.steps if PHASES.index(s.phase) > cut)))
-
     def components(self, cfg: EngineConfig) -> list[Component]:
         """The model kinds the steps load, each once."""
         return list(dict.fromkeys(c for s in self.steps for c in s.components(cfg)))

@@ -18,6 +18,7 @@ from fusion_ray.core.sources import SourceStore
 from fusion_ray.engine import Engine
 from fusion_ray.errors import ConfigError
 from fusion_ray.facefusion_options import check_served, configured
+from fusion_ray.image import load_reference
 from fusion_ray.live.backend import FramePlan, Processed, SourceStatus, StreamRefused, token_matches
 from fusion_ray.live.config import LiveConfig
 from fusion_ray.live.follow import StreamFollower
@@ -48,6 +49,7 @@ class EngineBackend:
         self.token = token
         self.sources = SourceStore(max_sources)
         self.chain = FrameChain(engine.cfg, engine.models)
+        self.reference = load_reference(engine)  # the configured reference face, for select reference
 
     def authorize(self, token: str | None) -> bool:
         return token_matches(self.token, token)
@@ -79,7 +81,10 @@ class EngineBackend:
         if missing:
             raise StreamRefused(CLOSE_UNSUPPORTED, "invalid_option",
                                 f"the options need models this server did not load: {', '.join(missing)}")
-        return EngineStreamProcessor(self, identity, start)
+        try:
+            return EngineStreamProcessor(self, identity, start)
+        except ValueError as exc:  # select reference without a reference face
+            raise StreamRefused(CLOSE_UNSUPPORTED, "invalid_option", str(exc)) from exc
 
 
 class EngineStreamProcessor:
@@ -92,7 +97,8 @@ class EngineStreamProcessor:
         self.identity = identity
         self.start = start
         self.options = start.facefusion
-        self.selection = chain.Selection.asked(start.select, start.face_index, self.engine.cfg.selection)
+        self.selection = chain.Selection.asked(start.select, start.face_index, self.engine.cfg.selection,
+                                               backend.reference)
         self.costly = is_costly(configured(self.engine.cfg, self.options))
         self.light = without_costly(self.options, self.engine.cfg)
         blend = start.face_enhancer_blend

@@ -27,6 +27,7 @@ from fusion_ray.core.provenance import Provenance
 from fusion_ray.core.steps import Phase
 from fusion_ray.facefusion_options import FaceFusionOptions
 from fusion_ray.live.backend import SourceStatus
+from fusion_ray.serve.deployments import SplitPart
 from fusion_ray.serve.limits import ApiError, wait_for
 from fusion_ray.serve.metrics import MetricsRecorder, Snapshot
 from fusion_ray.serve.settings import ServeSettings
@@ -35,8 +36,6 @@ from fusion_ray.types import SourceIdentity
 
 log = logging.getLogger(__name__)
 
-DEPLOYMENT_OF = {"swap": "swapper", "enhance": "enhancer"}
-"""The batched split parts' deployments, as /metrics names them."""
 
 DOWNSTREAM_ERRORS = (RayTaskError, RayActorError, RayServeException)
 """Ray's errors from a call to another deployment (answered by :func:`downstream_error`)."""
@@ -95,11 +94,11 @@ class Downstream:
         self.record_batch("detector", found)  # (its steps: it runs one frame a call)
         return found["state"], found["follower"]
 
-    async def advance(self, t: Timings, part: str, job: FrameJob, state: FrameState) -> FrameState:
-        """A batched part of the split placement (``swap`` or ``enhance``) on its deployment."""
-        handle = {"swap": self.swapper, "enhance": self.enhancer}[part]
-        done = await self.call(t, part, lambda: handle.advance.remote(job, state))
-        self.record_batch(DEPLOYMENT_OF[part], done)
+    async def advance(self, t: Timings, part: SplitPart, job: FrameJob, state: FrameState) -> FrameState:
+        """A batched part of the split placement on the deployment it runs in (Swapper, Enhancer)."""
+        handle = {"Swapper": self.swapper, "Enhancer": self.enhancer}[part.runs_in]
+        done = await self.call(t, part.name, lambda: handle.advance.remote(job, state))
+        self.record_batch(part.runs_in.lower(), done)
         return done["state"]  # type: ignore[no-any-return]
 
     async def source_face(self, t: Timings, frame: np.ndarray) -> SourceFace | None:

@@ -14,8 +14,9 @@ A stream's start message carries FaceFusion's options (checked against the servi
 caps as a form's are, :mod:`fusion_ray.serve.quality`); from degradation level 1 its frames run
 without model masks and pixel boost, whether its options or the service's engine set them. At level 3 a stream detects on every k-th frame only; in between, its follower
 (:mod:`fusion_ray.live.follow`, held here, per stream) predicts each face and the detector
-re-detects it on a small crop, several times cheaper than the whole frame. The fused placement
-carries the follower to its replica with the frame and sends it back updated.
+re-detects it on a small crop, several times cheaper than the whole frame. Either placement
+carries the follower with the frame to the replica that follows the faces (the fused one, or the
+split placement's detector) and sends back an updated copy, which the stream keeps.
 """
 
 from __future__ import annotations

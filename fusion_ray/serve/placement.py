@@ -112,6 +112,8 @@ class SplitChain:
         job = FrameJob(replace(request, follower=follower), key, who)
         state = _checked(state.for_source(key))
         for before, part in zip(SPLIT_PARTS, SPLIT_PARTS[1:], strict=False):
+            if not len(state.faces):  # every later step works on faces: a frame with none is done as it is
+                break
             state = _checked(await self._part(t, part, before.until, job, state))
         return FrameChain.done([job], [state])[0]
 
@@ -122,10 +124,11 @@ class SplitChain:
                 state = await asyncio.to_thread(self.local.advance, job, state, after, part.until, timings)
             self.downstream.record_batch("ingress", {"steps": {k: ms / 1000.0 for k, ms in timings.items()}})
             return state
-        if not len(state.faces):  # the part's steps work on faces: with none, it has nothing to do
-            return state
-        shipped = job if self.local.reads_frame(job.request.options, after, part.until) else _without_frame(job)
-        return await self.downstream.advance(t, part.name, shipped, state)
+        if self.local.reads_frame(job.request.options, after, part.until):
+            return await self.downstream.advance(t, part, job, state)
+        # the frame (the request's, or as pasted so far) stays here: the part neither reads nor writes it
+        done = await self.downstream.advance(t, part, _without_frame(job), replace(state, frame=None))
+        return replace(done, frame=state.frame) if done.frame is None else done
 
     def probes(self) -> dict[str, Callable[[], Any]]:
         return self.downstream.probes()

@@ -116,14 +116,11 @@ def quality_models(cfg: EngineConfig) -> frozenset[str]:
 
 
 def loaded_config(settings: ServeSettings) -> EngineConfig:
-    """The config the service loads its models from: the engine's, with what requests may ask for:
-    the mask models of ``limits.mask_models_allowed`` among its mask types, and (where the swapper
-    takes one) a swapper weight off 0.5, so the chain counts the target embedding step."""
+    """The config the service loads its models from: the engine's, with the mask models that
+    requests may ask for (``limits.mask_models_allowed``) among its mask types."""
     cfg = settings.engine
     types = list(dict.fromkeys([*cfg.masks.types, *settings.limits.mask_models_allowed]))
-    weight = cfg.swap.weight if cfg.swap.weight != 0.5 else 0.25
-    return cfg.model_copy(update={"masks": cfg.masks.model_copy(update={"types": types}),
-                                  "swap": cfg.swap.model_copy(update={"weight": weight})})
+    return cfg.model_copy(update={"masks": cfg.masks.model_copy(update={"types": types})})
 
 
 def quality_components(settings: ServeSettings) -> list[Component]:
@@ -134,7 +131,11 @@ def quality_components(settings: ServeSettings) -> list[Component]:
 
 def part_components(settings: ServeSettings, after: Phase | None, until: Phase) -> list[Component]:
     """The models one part of the chain (its steps after ``after`` up to ``until``) loads to run
-    any request the service accepts (the enhancer's steps counted: a request may ask for it)."""
+    any request the service accepts: the steps of :func:`loaded_config`, the enhancer's (a request
+    may ask for it) and, where the swapper takes one, the swapper weight's target embedding (a
+    request may set ``face_swapper_weight``: the split detector then loads the embedder)."""
     cfg = loaded_config(settings)
-    cfg = cfg.model_copy(update={"enhance": cfg.enhance.model_copy(update={"enabled": True})})
+    weight = cfg.swap.weight if cfg.swap.weight != 0.5 else 0.25  # any weight but 0.5 enables the step
+    cfg = cfg.model_copy(update={"enhance": cfg.enhance.model_copy(update={"enabled": True}),
+                                 "swap": cfg.swap.model_copy(update={"weight": weight})})
     return Chain.of(cfg).part(after, until).components(cfg)

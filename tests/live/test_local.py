@@ -104,3 +104,20 @@ def test_a_default_occlusion_mask_is_dropped_at_level_1(engine, images_dir):
     assert processor.costly and processor.light.face_mask_types == ("box",)
     assert np.array_equal(light.frame, engine.process_frame(frame, identity).frame)  # engine: box only
     assert not np.array_equal(full.frame, light.frame)
+
+
+def test_select_reference_streams_take_the_configured_reference_face(engine, images_dir):
+    """``fusion-ray live`` with the engine's selection ``reference``: the reference photo's face is
+    embedded once and a stream that names no selection selects by it (its frames do not fail; the
+    embedder is a STAND-IN, so which face matches is not checked)."""
+    from fusion_ray.config import SelectionConfig
+
+    cfg = engine.cfg.model_copy(update={"selection": SelectionConfig(mode="reference",
+                                                                     reference_path=images_dir / "biden.jpg")})
+    backend = EngineBackend(Engine(cfg, Engine.load(cfg, components=["detector", "embedder"], cpu_budget=1).models))
+    source_id = backend.add_source(read_image(images_dir / "obama.jpg").frame)
+    processor = asyncio.run(backend.open(StartMessage(source_id=source_id)))
+    assert processor.selection.mode == "reference" and processor.selection.reference is not None
+    frame = read_image(images_dir / "obama_and_biden.jpg").frame
+    done = processor.process_sync(frame, FramePlan(seq=0, level=0, enhance=False))
+    assert done.faces_detected == 3 and len(done.landmarks) <= 1  # at most the reference's face

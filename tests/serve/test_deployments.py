@@ -124,3 +124,80 @@ def test_a_crop_fed_rows_identity_is_cut_by_the_detector_and_kept_by_the_embed_b
     assert swapper.need_swap_model() is swapper.swapper
 
 
+
+
+class InProcess:
+    """A deployment object called the way a Serve handle is (``handle.method.remote(...)`` gives an
+    awaitable), in this process: the split placement's own loop runs over the real deployment
+    classes with no Ray. A batched part's ``advance`` runs its batch of one directly
+    (``@serve.batch`` needs a replica). Each call is recorded with its arguments."""
+
+    def __init__(self, target) -> None:  # type: ignore[no-untyped-def]
+        self.target = target
+        self.calls: list[tuple[str, tuple]] = []
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        import inspect
+        from types import SimpleNamespace
+
+        if name == "advance":
+            def method(job, state):  # type: ignore[no-untyped-def]
+                return self.target.part.run([job], [state])[0]
+        else:
+            method = getattr(self.target, name)
+
+        def remote(*args):  # type: ignore[no-untyped-def]
+            self.calls.append((name, args))
+
+            async def run():  # type: ignore[no-untyped-def]
+                result = method(*args)
+                return await result if inspect.isawaitable(result) else result
+
+            return run()
+
+        return SimpleNamespace(remote=remote)
+
+
+def test_the_split_chain_ships_no_frame_to_the_model_parts_and_skips_them_without_faces(split_service, images_dir):
+    """``SplitChain.frame`` (the placement's loop, no Ray): the fused pixels for a frame with faces,
+    enhanced; the swapper and the enhancer get neither the request's frame nor the pasted one; a
+    frame with no face never reaches them; a part that fails is a 500."""
+    import asyncio
+
+    from fusion_ray.serve.chain import Downstream, LocalStages
+    from fusion_ray.serve.deployments import (
+        DetectorDeployment,
+        EnhancerDeployment,
+        SwapperDeployment,
+    )
+    from fusion_ray.serve.fused import FusedDeployment
+    from fusion_ray.serve.limits import ApiError
+    from fusion_ray.serve.metrics import MetricsRecorder
+    from fusion_ray.serve.placement import SplitChain, known
+    from fusion_ray.serve.timing import Timings
+    from fusion_ray.types import SourceIdentity
+
+    detector, swapper, enhancer = (InProcess(d.func_or_class(split_service))
+                                   for d in (DetectorDeployment, SwapperDeployment, EnhancerDeployment))
+    metrics = MetricsRecorder()
+    split = SplitChain(Downstream((detector, swapper, enhancer, None), timeout_s=60, retry_headers={},
+                                  metrics=metrics), LocalStages(split_service))
+    face = source_face(detector.target.models, detector.target.cfg, read_image(images_dir / "biden.jpg").frame)
+    identity = embed_batch(swapper.target.models, swapper.target.cfg, [[face]])[0]["identity"]
+    frame = read_image(images_dir / "obama_and_biden.jpg").frame
+    request = FrameRequest(frame, Selection("all"), 0.8, options=FaceFusionOptions(face_mask_types=("box", "region")))
+
+    def run(request: FrameRequest, who: SourceIdentity = identity):  # type: ignore[no-untyped-def]
+        return asyncio.run(split.frame(Timings(metrics), request, known("s", who)))
+
+    done = run(request)
+    fused = FusedDeployment.func_or_class(split_service).chain.run([FrameJob(request, "s", identity)])[0]
+    assert done.faces_swapped == fused.faces_swapped == 3 and np.array_equal(done.frame, fused.frame)
+    for handle in (swapper, enhancer):
+        ((_, (job, state)),) = handle.calls
+        assert job.request.frame.size == 3 and state.frame is None and job.request.follower is None
+    blank = FrameRequest(np.full((64, 64, 3), 127, np.uint8), Selection("all"), 0.8)
+    assert run(blank).faces_detected == 0 and len(swapper.calls) == len(enhancer.calls) == 1
+    with pytest.raises(ApiError) as failed:
+        run(request, SourceIdentity(None, None, None, 1))  # no latent for the inswapper: the swap part fails
+    assert (failed.value.status, failed.value.code) == (500, "stage_failed")
