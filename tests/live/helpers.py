@@ -17,6 +17,8 @@ from fusion_ray.live.backend import FramePlan, Processed, SourceStatus, StreamRe
 from fusion_ray.live.protocol import CLOSE_POLICY, StartMessage, pack_frame
 from fusion_ray.live.transport import TransportClosed
 
+START = '{"source_id": "src"}'
+
 
 def jpeg(width: int = 64, height: int = 48, value: int = 100) -> bytes:
     image = np.full((height, width, 3), value, np.uint8)

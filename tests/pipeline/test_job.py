@@ -12,42 +12,23 @@ import pytest
 from PIL import Image
 
 from fusion_ray.cli import main
-from fusion_ray.config import EngineConfig, RuntimeConfig
+from fusion_ray.config import RuntimeConfig
 from fusion_ray.engine import Engine
 from fusion_ray.errors import ConfigError
 from fusion_ray.imageio import FORMAT_CHANGES_KEY, read_image
 from fusion_ray.ops.align import align_face
 from fusion_ray.ops.paste import crop_roi
-from fusion_ray.pipeline.config import JobConfig, PipelineConfig, StageResources
+from fusion_ray.pipeline.config import JobConfig, StageResources
 from fusion_ray.pipeline.job import JobItem, plan_job, run_job
 from fusion_ray.pipeline.manifest import expand_patterns
 from fusion_ray.pipeline.run import GroupRun
-from fusion_ray.video import EncodeOptions, decode_all, make_corrupt_video, make_test_video, probe
+from fusion_ray.video import decode_all, make_corrupt_video, make_test_video, probe
 from fusion_ray.video.synthetic import make_edit_list_video, make_truncated_video
-from tests.animated import assert_every_frame_swapped
-from tests.cli.test_swap_cli import face_animation
-from tests.test_imageio import sideways_jpeg
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 NO_FACE = (10, 11, 12, 30)
 FPS = Fraction(30000, 1001)
-
-
-@pytest.fixture(scope="module")
-def engine_cfg(models_config):
-    # Per-frame detection (tracking off): these tests compare each frame with the engine's, and
-    # frames without a face must pass through (tracking would fill a gap of at most G frames).
-    # tests/pipeline/test_tracking_job.py runs jobs with tracking.
-    return EngineConfig(models=models_config, runtime=RuntimeConfig(providers=["cpu"]), tracking=False)
-
-
-@pytest.fixture(scope="module")
-def job_cfg(engine_cfg):
-    pipeline = PipelineConfig(segment_seconds=0.5, block_frames=8, progress_bars=False,
-                              encode_options=EncodeOptions(preset="ultrafast", crf=12), writers=2,
-                              no_progress_timeout_s=120)
-    return JobConfig(engine=engine_cfg, pipeline=pipeline)
 
 
 @pytest.fixture(scope="module")
@@ -369,42 +350,3 @@ def test_a_truncated_video_fails_without_the_flag_and_writes_nothing(images_dir,
     assert code == 1 and report["items"][0]["status"] == "failed" and report["items"][0]["frames_missing"] > 0
     assert "is truncated" in report["items"][0]["error"] and not (tmp_path / "o.mp4").exists()
     assert not list(tmp_path.glob("*.fusion_ray_parts"))
-
-
-def test_a_sideways_photo_is_swapped_upright_and_the_turn_is_recorded(images_dir, job_cfg, tmp_path):
-    """A target and a source stored sideways with EXIF orientation 6: read upright (the job's
-    read tasks and the driver's source embedding share the one decoder), written upright."""
-    target, source = tmp_path / "target.jpg", tmp_path / "source.jpg"
-    upright = cv2.resize(read_image(images_dir / "obama.jpg").frame, (320, 400))
-    target.write_bytes(sideways_jpeg(upright))
-    source.write_bytes(sideways_jpeg(read_image(images_dir / "biden.jpg").frame))
-    out = tmp_path / "out"
-    report = run_job([JobItem((source,), target, out / "out.png")], job_cfg, output_root=out)
-    (item,) = report.items
-    change = "EXIF orientation 6 applied: written upright, with no orientation tag"
-    assert (item.status, item.warnings) == ("done", [f"{target}: {change}"]), item.error
-    assert read_image(out / "out.png").frame.shape == (400, 320, 3)
-    assert Image.open(out / "out.png").info[FORMAT_CHANGES_KEY] == change
-
-
-@pytest.mark.parametrize("on_driver", [None, 0], ids=["planned on the driver", "planned in ray tasks"])
-def test_animated_images_are_swapped_frame_by_frame_and_kept_animated(on_driver, images_dir, job_cfg, tmp_path):
-    """An animated GIF and an APNG come back with every frame swapped, their durations and
-    loop count (once 1 frame, silently); one named .jpg fails at planning, naming the format."""
-    if on_driver is not None:
-        job_cfg = JobConfig(engine=job_cfg.engine, pipeline=job_cfg.pipeline.model_copy(update={"plan_on_driver": 0}))
-    gif, apng = tmp_path / "anim.gif", tmp_path / "anim.png"
-    gif.write_bytes(face_animation(images_dir, "GIF"))
-    apng.write_bytes(face_animation(images_dir, "PNG"))
-    out = tmp_path / "out"
-    source = (images_dir / "biden.jpg",)
-    items = [JobItem(source, gif, out / "anim.gif"), JobItem(source, apng, out / "anim.png"),
-             JobItem(source, gif, out / "anim.jpg")]
-    report = run_job(items, job_cfg, output_root=out)
-    statuses = {Path(item.output).name: item for item in report.items}
-    assert statuses["anim.jpg"].status == "failed" and "'.jpg' holds one frame" in statuses["anim.jpg"].error
-    for name in ("anim.gif", "anim.png"):
-        item = statuses[name]
-        assert (item.status, item.frames, item.faces_swapped) == ("done", 3, 3), item.error
-        assert_every_frame_swapped(tmp_path / name, out / name, [40, 80, 120])
-    assert "frames written as GIF: at most 256 colours each" in statuses["anim.gif"].warnings[0]

@@ -1,4 +1,5 @@
-"""The Serve application over real HTTP on 127.0.0.1: one app for the whole module.
+"""The Serve application over real HTTP on 127.0.0.1: one app for the whole module (its HTTP calls:
+helpers.py; the in-process reference engine, photos and identities: conftest.py).
 
 Models: the real SCRFD detector plus generated, labelled STAND-IN models (``models_config``).
 Pixel tolerance: exact. PNG output is lossless, and the service runs the same stage code as
@@ -13,9 +14,7 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import cv2
@@ -23,25 +22,38 @@ import numpy as np
 import pytest
 import requests
 
-from fusion_ray.config import EngineConfig, EnhanceConfig, RuntimeConfig, SelectionConfig
-from fusion_ray.engine import Engine
+from fusion_ray.config import EnhanceConfig, SelectionConfig
 from fusion_ray.facefusion_options import FACEFUSION_OPTIONS
 from fusion_ray.imageio import decode_image, encode_image, read_jpeg_comments, read_png_text
-from fusion_ray.serve.metrics import histogram_max_bucket, parse_exposition
+from fusion_ray.serve.metrics import histogram_max_bucket
 from tests.procs import free_port
+from tests.serve.helpers import (
+    AUTH,
+    TOKEN,
+    _inflight,
+    _raw_request,
+    _replies,
+    _stalled_upload,
+    _uploads,
+    _wait_until,
+    assert_error,
+    decoded,
+    metrics,
+    png_bytes,
+    register,
+    swap,
+    variant,
+)
 from tests.test_imageio import sideways_jpeg
 
 pytestmark = pytest.mark.ray
 
-TOKEN = "test-token-42"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 MAX_INFLIGHT = 6
 MAX_BODY = 3_000_000
 MAX_PIXELS = 4_000_000
 MAX_UPLOADS = 30
 MAX_UPLOADS_PER_CLIENT = 8  # at least the concurrency the tests send from 127.0.0.1 at once
 STAND_INS = "arcface_w600k_r50,inswapper_128"
-
 
 
 @pytest.fixture(scope="module")
@@ -85,61 +97,7 @@ def service(ray_cluster, models_config):
         serve.shutdown()
 
 
-@pytest.fixture(scope="module")
-def engine(models_config):
-    """The in-process reference (no enhancement; variants enable it)."""
-    cfg = EngineConfig(models=models_config, runtime=RuntimeConfig(providers=["cpu"]))
-    return Engine.load(cfg, components=["detector", "embedder", "swapper", "enhancer"], cpu_budget=1)
-
-
-def variant(engine: Engine, **updates) -> Engine:
-    """The loaded engine's models under a different config (selection, enhancement)."""
-    cfg = engine.cfg.model_copy(update=updates)
-    return Engine(cfg, engine.models)
-
-
-@pytest.fixture(scope="module")
-def photos(images_dir):
-    return {name: (images_dir / f"{name}.jpg").read_bytes() for name in ("obama", "biden", "obama_and_biden")}
-
-
-@pytest.fixture(scope="module")
-def identities(engine, photos):
-    return {name: engine.prepare_source([decode_image(photos[name]).frame]) for name in ("obama", "biden")}
-
-
-def png_bytes(image: np.ndarray) -> bytes:
-    ok, data = cv2.imencode(".png", image)
-    assert ok
-    return data.tobytes()
-
-
 BLANK_PNG = png_bytes(np.full((240, 320, 3), 90, np.uint8))
-
-
-def register(base: str, *images: bytes) -> requests.Response:
-    files = [("image", (f"s{i}.jpg", data, "image/jpeg")) for i, data in enumerate(images)]
-    return requests.post(f"{base}/v1/sources", files=files, headers=AUTH, timeout=60)
-
-
-def swap(base: str, target: bytes, headers=AUTH, sources: tuple[bytes, ...] = (), **fields) -> requests.Response:
-    files = [("target", ("target.img", target, "application/octet-stream"))]
-    files += [("source", (f"s{i}.jpg", data, "image/jpeg")) for i, data in enumerate(sources)]
-    return requests.post(f"{base}/v1/swap", files=files, data={k: str(v) for k, v in fields.items()},
-                         headers=headers, timeout=60)
-
-
-def decoded(response: requests.Response) -> np.ndarray:
-    image = cv2.imdecode(np.frombuffer(response.content, np.uint8), cv2.IMREAD_UNCHANGED)
-    assert image is not None, response.content[:200]
-    return image
-
-
-def assert_error(response: requests.Response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"error", "detail"} and body["error"] == code, body
-    return body
 
 
 @pytest.fixture(scope="module")
@@ -147,13 +105,6 @@ def obama_id(service, photos):
     response = register(service, photos["obama"])
     assert response.status_code == 201, response.text
     return response.json()["source_id"]
-
-
-def metrics(base: str) -> dict:
-    response = requests.get(f"{base}/metrics", timeout=30)
-    assert response.status_code == 200, (response.headers, response.text)
-    assert response.headers["content-type"].startswith("text/plain")
-    return parse_exposition(response.text)
 
 
 # ------------------------------------------------------------------ ops endpoints
@@ -258,26 +209,6 @@ def test_auth_is_required_on_v1_only(service, photos):
     assert requests.get(f"{service}/healthz", timeout=10).status_code == 200
 
 
-def _raw_request(base: str, headers: dict[str, str], chunks=None) -> tuple[int, dict, bytes]:
-    host, port = base.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=60)
-    conn.putrequest("POST", "/v1/swap")
-    for key, value in {**AUTH, **headers}.items():
-        conn.putheader(key, value)
-    conn.endheaders()
-    try:
-        for chunk in chunks or []:
-            conn.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-        if chunks is not None:
-            conn.send(b"0\r\n\r\n")
-    except OSError:
-        pass  # the server may stop reading once it has refused the body
-    response = conn.getresponse()
-    result = response.status, dict(response.getheaders()), response.read()
-    conn.close()
-    return result
-
-
 def test_body_cap_by_content_length_and_by_streamed_bytes(service):
     import json
 
@@ -348,46 +279,6 @@ def test_source_store_is_bounded_and_sources_can_be_deleted(service, photos):
 
 
 # ------------------------------------------------------------------------ overload
-def _inflight(base: str) -> float:
-    return sum(v for _, v in metrics(base)["fusion_ray_inflight_requests"])
-
-
-def _wait_until(predicate, timeout_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
-
-
-def _uploads(base: str) -> float:
-    return sum(v for _, v in metrics(base)["fusion_ray_uploads_in_progress"])
-
-
-def _stalled_upload(base: str, source_address: str) -> socket.socket:
-    """A connection that sends the headers and about 150 bytes of a 100 kB body, then stalls."""
-    host, port = base.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)), timeout=30, source_address=(source_address, 0))
-    head = (f"POST /v1/swap HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
-            "Content-Type: multipart/form-data; boundary=xyz\r\nContent-Length: 100000\r\n\r\n")
-    part = b'--xyz\r\nContent-Disposition: form-data; name="target"; filename="t.png"\r\n\r\n'
-    sock.sendall(head.encode() + part + b"x" * (150 - len(part)))
-    return sock
-
-
-def _replies(socks: list[socket.socket]) -> list[bytes]:
-    """What the server already answered on stalled connections (for failure messages)."""
-    out = []
-    for sock in socks:
-        sock.setblocking(False)
-        try:
-            out.append(sock.recv(300))
-        except BlockingIOError:
-            pass
-        finally:
-            sock.setblocking(True)
-    return out
 
 
 def test_stalled_uploads_do_not_take_compute_slots(service, photos):
@@ -472,7 +363,6 @@ def test_a_burst_gets_some_503s_the_rest_succeed_and_the_service_recovers(servic
     assert peak == [MAX_INFLIGHT]  # bounded: never more than the limit at once
     assert _wait_until(lambda: _inflight(service) == 0)
     assert swap(service, photos["biden"], source_id=obama_id).status_code == 200
-
 
 
 def test_the_load_client_against_the_service(service, images_dir):
