@@ -105,6 +105,7 @@ class ServeStreamProcessor:
         self.key = f"stream_{start.source_id}"
         self._stand_ins = stand_ins
         self.follower = StreamFollower(route.settings.engine.tracking)
+        self._follower_seq = -1  # the frame whose updated copy self.follower is
         self.selection = chain.Selection.asked(start.select, start.face_index, route.settings.engine.selection)
 
     @property
@@ -118,6 +119,8 @@ class ServeStreamProcessor:
                                plan.landmarks is not None, self.follower,
                                self.quality.options if plan.costly else self.light)
         done = await self.runner.frame(Timings(self.metrics), request, known(self.key, self.identity))
-        if isinstance(done.follower, StreamFollower):  # a placement that ran it elsewhere sends back a copy
-            self.follower = done.follower
+        # A placement that ran it elsewhere sends back a copy; with several frames of the stream in
+        # work, the copy of the newest frame wins (an older frame's may come back later).
+        if isinstance(done.follower, StreamFollower) and plan.seq > self._follower_seq:
+            self.follower, self._follower_seq = done.follower, plan.seq
         return Processed(done.frame, done.landmarks, done.faces_detected)

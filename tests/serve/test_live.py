@@ -107,3 +107,24 @@ def test_a_stream_that_names_no_selection_takes_the_services():
     (default, *_), (given, *_) = chain.requests
     assert (default.selection.mode, default.selection.index) == ("index", 1)
     assert (given.selection.mode, given.selection.index) == ("all", 0)
+
+
+def test_the_stream_keeps_the_follower_of_its_newest_frame_whatever_order_they_come_back_in():
+    """A placement that follows the faces in another process sends back an updated copy of the
+    stream's follower; with two frames in work, an older frame's copy may come back last."""
+    from fusion_ray.live.follow import StreamFollower
+
+    class CopyChain(EchoChain):
+        async def frame(self, t, request, identity):
+            done = await super().frame(t, request, identity)
+            return FrameDone(done.frame, 1, done.landmarks, follower=StreamFollower(ServeSettings().engine.tracking))
+
+    chain = CopyChain()
+    stream = asyncio.run(ServeStreamBackend(route(chain)).open(StartMessage(source_id="known")))
+    frame = np.zeros((8, 8, 3), np.uint8)
+    asyncio.run(stream.process(frame, FramePlan(seq=5, level=3, enhance=False)))
+    newest = stream.follower
+    asyncio.run(stream.process(frame, FramePlan(seq=4, level=3, enhance=False)))  # older, back later
+    assert stream.follower is newest
+    asyncio.run(stream.process(frame, FramePlan(seq=6, level=3, enhance=False)))
+    assert stream.follower is not newest
