@@ -42,7 +42,7 @@ from fusion_ray.core.sources import SourceStore
 from fusion_ray.core.steps import Phase
 from fusion_ray.live.backend import SourceStatus
 from fusion_ray.serve.batching import AdaptiveWait
-from fusion_ray.serve.metrics import MetricsStore, Snapshot
+from fusion_ray.serve.metrics import MetricsStore, Snapshot, step_seconds
 from fusion_ray.serve.quality import loaded_config, part_components
 from fusion_ray.serve.settings import BatchSettings, ServeSettings
 from fusion_ray.types import SourceIdentity
@@ -102,7 +102,7 @@ def part_bounds(name: str) -> tuple[Phase | None, Phase]:
 
 def _part_record(start: float, jobs: int, states: list[FrameState], timings: dict[str, float]) -> dict[str, Any]:
     return {"batch": _batch_record(jobs, sum(len(s.faces) for s in states), time.perf_counter() - start),
-            "steps": {step: ms / 1000.0 for step, ms in timings.items()}}
+            "steps": step_seconds(timings)}
 
 
 @serve.deployment(name="Detector")
@@ -126,11 +126,9 @@ class DetectorDeployment:
 
     def find(self, job: FrameJob) -> dict[str, Any]:
         """The job's part: its state, and its follower (a copy here) updated for the ingress to keep."""
-        start = time.perf_counter()
         timings: dict[str, float] = {}
         state = self.chain.find([job], timings, self.until)[0]
-        record = _part_record(start, 1, [state], timings)
-        return {"state": state, "follower": job.request.follower, "steps": record["steps"]}
+        return {"state": state, "follower": job.request.follower, "steps": step_seconds(timings)}
 
     def source_face(self, frame: np.ndarray) -> identity.SourceFace | None:
         """The source image's face cut for the embedder (and the classic swap), or None."""

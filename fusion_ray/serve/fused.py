@@ -37,6 +37,7 @@ from fusion_ray.serve.deployments import (
     embed_batch,
     source_face,
 )
+from fusion_ray.serve.metrics import step_seconds
 from fusion_ray.serve.quality import loaded_config, quality_components
 from fusion_ray.serve.settings import ServeSettings
 
@@ -88,7 +89,7 @@ class FusedDeployment:
         results: list[dict[str, Any]] = [{"done": d} for d in done]
         results[0]["batch"] = _batch_record(len(jobs), sum(d.faces_swapped for d in done),
                                             time.perf_counter() - start)
-        results[0]["steps"] = {step: ms / 1000.0 for step, ms in timings.items()}  # each step's busy time
+        results[0]["steps"] = step_seconds(timings)  # each step's busy time
         return results
 
     def source_face(self, frame: np.ndarray) -> identity.SourceFace | None:

@@ -41,6 +41,12 @@ HELP = {
 }
 
 
+def step_seconds(timings_ms: Mapping[str, float]) -> dict[str, float]:
+    """The chain's per-step busy times (``run_steps``' milliseconds) in seconds, as a deployment's
+    answer carries them to the ingress for ``fusion_ray_step_seconds``."""
+    return {step: ms / 1000.0 for step, ms in timings_ms.items()}
+
+
 def labels_of(labels: Mapping[str, str]) -> Labels:
     return tuple(sorted((str(k), str(v)) for k, v in labels.items()))
 

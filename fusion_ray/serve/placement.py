@@ -35,6 +35,7 @@ from fusion_ray.core.steps import Phase
 from fusion_ray.serve.chain import Downstream, LocalStages
 from fusion_ray.serve.deployments import SPLIT_PARTS, SplitPart
 from fusion_ray.serve.limits import ApiError
+from fusion_ray.serve.metrics import step_seconds
 from fusion_ray.serve.timing import Timings
 from fusion_ray.types import SourceIdentity
 
@@ -122,7 +123,7 @@ class SplitChain:
             timings: dict[str, float] = {}
             with t.timed(part.name):
                 state = await asyncio.to_thread(self.local.advance, job, state, after, part.until, timings)
-            self.downstream.record_batch("ingress", {"steps": {k: ms / 1000.0 for k, ms in timings.items()}})
+            self.downstream.record_batch("ingress", {"steps": step_seconds(timings)})
             return state
         if self.local.reads_frame(job.request.options, after, part.until):
             return await self.downstream.advance(t, part, job, state)
