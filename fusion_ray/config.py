@@ -61,6 +61,10 @@ class ModelsConfig(_Config):
     calibration: list[Path] = Field(
         default_factory=list, description="Photos (files or folders) INT8 models are calibrated from; "
         "empty: the 'calibration' folder of the models directory.")
+    int8_weight_bits: Literal["auto", 7, 8] = Field(
+        default="auto", description="Weight width of the INT8 detector: auto builds 8-bit weights on CPUs "
+        "with VNNI and 7-bit ones elsewhere (8-bit products saturate in ONNX Runtime's AVX2 and AVX-512 "
+        "kernels without VNNI, and the detector then misses faces).")
     calibration_seed: list[Path] = Field(
         default_factory=list, description="Images or videos that fill an empty default calibration folder "
         "(the command's own input, set by the CLI): a new user gets INT8 with no extra step.")

@@ -99,10 +99,9 @@ def rows_models_config(standin_dir: Path, scrfd_path: Path, tmp_path_factory: py
     return ModelsConfig(models_dir=directory, paths={**standard, "scrfd_2.5g": scrfd_path})
 
 
-@pytest.fixture(scope="session")
-def int8_models_dir(tmp_path_factory: pytest.TempPathFactory, scrfd_path: Path, images_dir: Path) -> Path:
-    """A models directory whose calibration folder holds the three shared photos and whose cache
-    holds the INT8 detector built from them (about 35 s on 2 cores, once)."""
+def build_int8_models(models_dir: Path, scrfd_path: Path, images_dir: Path, weight_bits: str | int = "auto") -> Path:
+    """``models_dir`` with the three shared photos in its calibration folder and the INT8 detector
+    built from them, with ``weight_bits`` (auto: this CPU's choice) in its cache."""
     import shutil
 
     from fusion_ray.config import DetectorConfig, ModelsConfig
@@ -110,12 +109,18 @@ def int8_models_dir(tmp_path_factory: pytest.TempPathFactory, scrfd_path: Path, 
     from fusion_ray.models.registry import get_spec
     from fusion_ray.models.store import ModelStore
 
-    models_dir = tmp_path_factory.mktemp("int8_models")
-    calibration_folder(models_dir).mkdir()
+    calibration_folder(models_dir).mkdir(parents=True)
     for photo in sorted(images_dir.glob("*.jpg")):
         shutil.copy(photo, calibration_folder(models_dir) / photo.name)
     store = ModelStore(models_dir, overrides={"scrfd_2.5g": scrfd_path})
     built = detector_int8(store.locate("scrfd_2.5g"), get_spec("scrfd_2.5g"),
-                          Int8Request(ModelsConfig(), models_dir, DetectorConfig()))
+                          Int8Request(ModelsConfig(int8_weight_bits=weight_bits), models_dir, DetectorConfig()))
     assert built is not None and built.parent == models_dir
     return models_dir
+
+
+@pytest.fixture(scope="session")
+def int8_models_dir(tmp_path_factory: pytest.TempPathFactory, scrfd_path: Path, images_dir: Path) -> Path:
+    """A models directory whose calibration folder holds the three shared photos and whose cache
+    holds the INT8 detector built from them for this CPU (about 35 s on 2 cores, once)."""
+    return build_int8_models(tmp_path_factory.mktemp("int8_models"), scrfd_path, images_dir)

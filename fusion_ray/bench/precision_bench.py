@@ -27,6 +27,7 @@ from fusion_ray.bench.precision import compare_detections
 from fusion_ray.config import DetectorConfig, RuntimeConfig
 from fusion_ray.core.redetect import roi_for
 from fusion_ray.models import calibration as cal
+from fusion_ray.models.cpu_int8 import int8_weight_bits
 from fusion_ray.models.detector import DetectorCanvases, ScrfdDetector
 from fusion_ray.models.quantize import quantize_model
 from fusion_ray.models.registry import get_spec
@@ -131,7 +132,8 @@ def calibration_study(source: Path, photo_paths: Sequence[Path], frames: Sequenc
         items = list(cal.calibration_frames(chosen, recipe))
         out = work / f"study_{len(rows)}.onnx"
         start = time.perf_counter()
-        quantize_model(source, out, items, lambda f: cal.frame_blob(f, spec, cfg), float_heads=float_heads)
+        quantize_model(source, out, items, lambda f: cal.frame_blob(f, spec, cfg), float_heads=float_heads,
+                       weight_bits=int8_weight_bits())
         row = {"calibration": name, "float_heads": float_heads, "build_s": round(time.perf_counter() - start, 1),
                **compare_models(source, out, frames), "calibration_frames": len(items)}
         row.update(time_per_call({"fp32": source, "int8": out}, [1], runs=15)[0])

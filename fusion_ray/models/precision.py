@@ -32,6 +32,8 @@ from fusion_ray.config import DetectorConfig, ModelsConfig, Precision
 from fusion_ray.fsutil import atomic_path
 from fusion_ray.models import calibration as cal
 from fusion_ray.models import quantize
+from fusion_ray.models.cpu_int8 import describe as describe_bits
+from fusion_ray.models.cpu_int8 import int8_weight_bits
 from fusion_ray.models.hashes import sha256_file
 from fusion_ray.models.registry import ModelKind, ModelSpec
 from fusion_ray.models.store import LocatedModel
@@ -160,7 +162,8 @@ def detector_int8(located: LocatedModel, spec: ModelSpec, request: Int8Request,
                     calibration_folder(request.models_dir), spec.name)
         return None
     source_sha = located.sha256 or sha256_file(located.path)
-    key = quantize.Int8Key(source_sha, cal.calibration_key(photos, request.recipe))
+    bits = int8_weight_bits(request.models.int8_weight_bits)
+    key = quantize.Int8Key(source_sha, cal.calibration_key(photos, request.recipe), bits)
     cached = quantize.find_cached(located.path, request.models_dir, key)
     if cached is not None:
         return cached
@@ -169,8 +172,9 @@ def detector_int8(located: LocatedModel, spec: ModelSpec, request: Int8Request,
         log.warning("none of the calibration photos %s can be read; running %s at FP32", photos, spec.name)
         return None
     calibration = list(cal.calibration_frames(frames, request.recipe))
-    log.warning("building the INT8 detector from %s once (calibrating on %d frames made from %d photo(s)); "
-                "later runs load it from the cache", located.path.name, len(calibration), len(frames))
+    log.warning("building the INT8 detector from %s once, with %s (calibrating on %d frames made from %d "
+                "photo(s)); later runs load it from the cache", located.path.name,
+                describe_bits(bits, request.models.int8_weight_bits), len(calibration), len(frames))
 
     def to_blob(frame: np.ndarray) -> np.ndarray:
         return cal.frame_blob(frame, spec, request.detector)

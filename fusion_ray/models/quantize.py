@@ -11,9 +11,13 @@ recall was 31% (the issue's trial saw 63 of 71); with the heads in float it was 
 same three photos, so a user's weak calibration set cannot cost recall. The price is speed:
 2.3x faster than FP32 per call instead of 2.7x.
 
+Weights are 8-bit on CPUs with VNNI and 7-bit (``reduce_range``) on the others, where 8-bit
+products saturate in ONNX Runtime's kernels (:mod:`fusion_ray.models.cpu_int8`); the width is
+part of the key and the file name.
+
 Cache: the INT8 file sits in the models directory, beside the source model (for a model named
 by an override elsewhere too: that may be shared, read-only storage; when the models directory
-cannot be written, in the per-user cache) as ``<stem>.int8.<source sha256[:16]>.<calibration hash[:16]>.onnx``,
+cannot be written, in the per-user cache) as ``<stem>.int8.w<bits>.<source sha256[:16]>.<calibration hash[:16]>.onnx``,
 with a ``.json`` record holding both full hashes and the INT8 file's own sha256. A new source
 model or calibration set gives a new name (so a rebuild); the record is checked on every load
 and a file that does not match it (truncated, overwritten) is rebuilt. The model is written
@@ -38,13 +42,19 @@ from typing import Any
 import numpy as np
 
 from fusion_ray.fsutil import atomic_path
+from fusion_ray.models.cpu_int8 import WeightBits
 from fusion_ray.models.hashes import atomic_write_text, sha256_file
 from fusion_ray.models.store import user_cache_dir
 
 log = logging.getLogger(__name__)
 
-RECIPE = "opset13-qdq-perchannel-s8w-u8a-minmax-v1"
-"""Names the quantisation settings; part of the cache record, so a change rebuilds."""
+RECIPE_VERSION = "opset13-qdq-perchannel-u8a-minmax-v2"
+"""Names the quantisation settings (with the weight width); part of the cache record, so a change rebuilds."""
+
+
+def recipe(weight_bits: WeightBits) -> str:
+    """The recipe string recorded for a build with ``weight_bits``-bit signed weights."""
+    return f"{RECIPE_VERSION}-s{weight_bits}w"
 
 Progress = Callable[[int, int], None]
 """``progress(frames_done, frames_total)`` while calibrating."""
@@ -52,13 +62,16 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class Int8Key:
-    """What an INT8 copy is made from: the source model's sha256 and the calibration hash."""
+    """What an INT8 copy is made from: the source model's sha256, the calibration hash and the
+    weight width (8 on VNNI CPUs, 7 elsewhere)."""
 
     source_sha256: str
     calibration_key: str
+    weight_bits: WeightBits = 8
 
     def file_name(self, source: Path) -> str:
-        return f"{source.stem}.int8.{self.source_sha256[:16]}.{self.calibration_key[:16]}.onnx"
+        return (f"{source.stem}.int8.w{self.weight_bits}.{self.source_sha256[:16]}."
+                f"{self.calibration_key[:16]}.onnx")
 
 
 def record_of(path: Path) -> Path:
@@ -81,9 +94,11 @@ def check_cached(path: Path, key: Int8Key) -> bool:
         return False
     try:
         record = json.loads(record_of(path).read_text())
+        if not isinstance(record, dict):  # valid JSON that is not a record ([] or null): rebuilt
+            raise ValueError(f"the record is a JSON {type(record).__name__}, not an object")
         ok = (record.get("source_sha256") == key.source_sha256
               and record.get("calibration_key") == key.calibration_key
-              and record.get("recipe") == RECIPE
+              and record.get("recipe") == recipe(key.weight_bits)
               and record.get("sha256") == sha256_file(path))
     except (OSError, ValueError) as exc:
         log.warning("INT8 model %s has no readable record (%s); rebuilding it", path, exc)
@@ -153,9 +168,10 @@ def output_heads(graph: Any) -> list[str]:
 
 
 def quantize_model(source: Path, dest: Path, items: Sequence[Any], to_blob: Callable[[Any], np.ndarray], *,
-                   progress: Progress | None = None, float_heads: bool = True) -> None:
+                   progress: Progress | None = None, float_heads: bool = True, weight_bits: WeightBits = 8) -> None:
     """Write the INT8 QDQ copy of ``source`` to ``dest`` (atomically), calibrated on
-    ``to_blob(item)`` for each of ``items``.
+    ``to_blob(item)`` for each of ``items``, with ``weight_bits``-bit signed weights (7:
+    ONNX Runtime's ``reduce_range``).
 
     Raises whatever ONNX Runtime or the file system raises; nothing is left at ``dest`` then.
     """
@@ -178,7 +194,7 @@ def quantize_model(source: Path, dest: Path, items: Sequence[Any], to_blob: Call
                 str(opset13), str(quantized), _Reader(input_name, items, to_blob, progress),
                 quant_format=QuantFormat.QDQ, per_channel=True, weight_type=QuantType.QInt8,
                 activation_type=QuantType.QUInt8, calibrate_method=CalibrationMethod.MinMax,
-                nodes_to_exclude=exclude,
+                nodes_to_exclude=exclude, reduce_range=weight_bits == 7,
                 extra_options={"CalibStridedMinMax": 1, "CalibTensorRangeSymmetric": False})
         _smoke_test(ort, quantized, input_name)
         with atomic_path(dest) as tmp:
@@ -210,7 +226,8 @@ def _smoke_test(ort: Any, path: Path, input_name: str) -> None:
 
 def write_record(path: Path, key: Int8Key, frames: int, seconds: float) -> None:
     """The cache record beside an INT8 file (written after the file, atomically)."""
-    body = {"source_sha256": key.source_sha256, "calibration_key": key.calibration_key, "recipe": RECIPE,
+    body = {"source_sha256": key.source_sha256, "calibration_key": key.calibration_key,
+            "recipe": recipe(key.weight_bits), "weight_bits": key.weight_bits,
             "sha256": sha256_file(path), "calibration_frames": frames, "build_seconds": round(seconds, 1)}
     atomic_write_text(record_of(path), json.dumps(body, indent=2) + "\n")
 
@@ -228,7 +245,7 @@ def build_cached(source: Path, models_dir: Path, key: Int8Key, items: Sequence[A
                 if record_of(dest).is_file() and check_cached(dest, key):
                     log.info("INT8 model %s was built by another worker meanwhile", dest.name)
                     return dest
-                quantize_model(source, dest, items, to_blob, progress=progress)
+                quantize_model(source, dest, items, to_blob, progress=progress, weight_bits=key.weight_bits)
                 write_record(dest, key, len(items), time.monotonic() - start)
         except OSError as exc:  # a read-only folder or a full disk: try the next folder
             failures.append(f"{folder}: {exc}")

@@ -1,4 +1,4 @@
-"""INT8 detector against FP32 (issue 19's bar), and the comparison function itself."""
+"""INT8 detector against FP32 (recall, IoU and landmark bar), and the comparison function itself."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import pytest
 from fusion_ray.bench.precision import compare_detections, landmark_error
 from fusion_ray.bench.precision_bench import compare_models, evaluation_frames, roi_quality
 from fusion_ray.models import calibration as cal
+from fusion_ray.models.cpu_int8 import int8_weight_bits
 from fusion_ray.types import Face
+from tests.conftest import build_int8_models
 
 
 def face(x: float, y: float, size: float, score: float) -> Face:
@@ -29,11 +31,21 @@ def test_the_comparison_counts_misses_shifts_and_extra_faces() -> None:
     assert result.failures() == ["recall 0.500 < 0.99", "landmark error 0.0200 > 0.01", "1 extra face(s)"]
 
 
-def test_int8_detector_meets_issue_19_against_fp32(int8_models_dir: Path, scrfd_path: Path, images_dir: Path,
-                                                   tmp_path: Path) -> None:
+@pytest.mark.parametrize("weight_bits", [7, 8])
+def test_int8_detector_meets_the_int8_bar_against_fp32(weight_bits: int, int8_models_dir: Path, scrfd_path: Path,
+                                                       images_dir: Path, tmp_path: Path) -> None:
     """The shared photos, augmentations of them drawn with another seed than calibration's, and
-    every 10th frame of generated clips (the benchmark's frames, at a smaller count)."""
-    (int8_path,) = int8_models_dir.glob("scrfd_2.5g.int8.*.onnx")
+    every 10th frame of generated clips (the benchmark's frames, at a smaller count), for each
+    weight width forced on this machine: 7-bit (what CPUs without VNNI build) holds everywhere;
+    8-bit (what VNNI CPUs build) saturates in the kernels of a CPU without VNNI, which never
+    builds it (recall 0.975 and landmark error 1.29% were measured there)."""
+    if weight_bits == 8 and int8_weight_bits() == 7:
+        pytest.skip("8-bit INT8 weights are built only for CPUs with VNNI: this CPU's kernels saturate on them")
+    if weight_bits == int8_weight_bits():
+        models = int8_models_dir
+    else:
+        models = build_int8_models(tmp_path / "models", scrfd_path, images_dir, weight_bits)
+    (int8_path,) = models.glob(f"scrfd_2.5g.int8.w{weight_bits}.*.onnx")
     frames = evaluation_frames(cal.read_photos(cal.calibration_images(images_dir)), tmp_path)
     result = compare_models(scrfd_path, int8_path, frames)
     assert result["reference_faces"] >= 100

@@ -125,3 +125,39 @@ def test_workers_starting_together_build_once(tmp_path: Path, caplog: pytest.Log
     assert built == [models / KEY.file_name(source)] * 3 and check_cached(built[0], KEY)
     assert caplog.text.count("INT8 model written") == 1
     assert caplog.text.count("built by another worker") == 2
+
+
+@pytest.mark.parametrize("body", ["[]", "null", "3", '"text"'])
+def test_a_record_that_is_valid_json_but_not_an_object_is_rebuilt(tmp_path: Path, body: str,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """Before, ``[]`` or ``null`` in the record stopped every later run (``'list' object has no
+    attribute 'get'``) until someone deleted it; garbage text was rebuilt. Now both are."""
+    source = tiny_conv_model(tmp_path / "tiny.onnx")
+    models = tmp_path / "models"
+    built = build_cached(source, models, KEY, ITEMS, blob)
+    assert built is not None
+    record_of(built).write_text(body)
+    with caplog.at_level(logging.WARNING):
+        assert not check_cached(built, KEY)
+    assert "not an object" in caplog.text
+    assert build_cached(source, models, KEY, ITEMS, blob) == built and check_cached(built, KEY)
+
+
+def test_the_weight_width_is_in_the_key_the_name_and_the_model(tmp_path: Path) -> None:
+    """7-bit weights (reduce_range: what CPUs without VNNI build) and 8-bit ones are two cache
+    entries; the 7-bit model's weights stay within -64..64."""
+    source = tiny_conv_model(tmp_path / "tiny.onnx")
+    models = tmp_path / "models"
+    seven, eight = Int8Key("a" * 64, "b" * 64, 7), Int8Key("a" * 64, "b" * 64, 8)
+    assert seven.file_name(source) != eight.file_name(source)
+    built = {bits: build_cached(source, models, key, ITEMS, blob) for bits, key in ((7, seven), (8, eight))}
+    assert built[7] is not None and built[8] is not None and built[7] != built[8]
+    assert find_cached(source, models, seven) == built[7] and find_cached(source, models, eight) == built[8]
+    assert json.loads(record_of(built[7]).read_text())["weight_bits"] == 7
+
+    def weight_range(path: Path) -> tuple[int, int]:
+        arrays = [numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer if t.data_type == TensorProto.INT8]
+        return min(int(a.min()) for a in arrays), max(int(a.max()) for a in arrays)
+
+    assert weight_range(built[7])[0] >= -64 and weight_range(built[7])[1] <= 64
+    assert weight_range(built[8])[1] > 64 or weight_range(built[8])[0] < -64
