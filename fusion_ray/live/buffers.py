@@ -7,26 +7,29 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from fusion_ray.live.media import RawFrame, RawResult
+
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class PendingFrame:
-    """A frame as received, not decoded yet (times on the server's monotonic clock, seconds)."""
+    """A frame as received: an encoded image not decoded yet, or a media track's decoded frame
+    (times on the server's monotonic clock, seconds)."""
 
     seq: int
     client_ts_ms: float
-    data: bytes
+    data: bytes | RawFrame
     arrived: float
     deadline: float
 
 
 @dataclass(frozen=True)
 class OutResult:
-    """A processed frame waiting to be sent."""
+    """A processed frame waiting to be sent: a result message, or a frame for a media track."""
 
     seq: int
-    message: bytes
+    message: bytes | RawResult
     arrived: float
     deadline: float
 

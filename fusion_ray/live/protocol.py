@@ -169,3 +169,21 @@ def parse_event(text: str) -> dict[str, Any]:
     if not isinstance(data, dict) or "type" not in data:
         raise ProtocolError(f"not a server event: {text[:80]!r}")
     return data
+
+
+ENDINGS: dict[str, tuple[int, str]] = {
+    "idle_timeout": (CLOSE_NORMAL, "no frame within the idle timeout"),
+    "session_limit": (CLOSE_NORMAL, "the stream reached the session length limit"),
+    "source_deleted": (CLOSE_POLICY, "the stream's source was deleted"),
+    "shutting_down": (CLOSE_GOING_AWAY, "the server is shutting down"),
+}
+"""Why the server ends a stream: (close code, message of the ``error`` event sent before it)."""
+
+
+def is_stop(text: str) -> bool:
+    """Whether a client text message is ``{"type": "stop"}`` (other text is ignored)."""
+    try:
+        data = client_json(text, "message")
+    except ProtocolError:
+        return False
+    return isinstance(data, dict) and data.get("type") == "stop"

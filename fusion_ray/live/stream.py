@@ -17,7 +17,10 @@ encoding run in threads, processing is the injected :class:`FrameProcessor`):
   ever sent; a slow client only fills the bounded send queue;
 - *tick*: every ``stats_interval_s`` a ``stats`` event, one ladder step, idle and session limits.
 
-A failed or late frame is dropped, never replaced by its unprocessed input.
+A failed or late frame is dropped, never replaced by its unprocessed input. A frame the chain
+cannot process is ``bad_frame`` and does not move the ladder; only the host refusing it for load
+(a 429 or 503) is ``overload``. Over WebRTC frames come decoded and leave for the outgoing track's
+encoder (:mod:`fusion_ray.live.media`): the same checks, no JPEG either way.
 """
 
 from __future__ import annotations
@@ -29,29 +32,27 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import cv2
 import numpy as np
 
 from fusion_ray.core.provenance import Provenance
 from fusion_ray.errors import InputError
 from fusion_ray.imageheader import ImageTooLargeError, check_image_header
-from fusion_ray.imageio import add_jpeg_comment, decode_image
+from fusion_ray.imageio import decode_image
 from fusion_ray.live.backend import FramePlan, FrameProcessor
 from fusion_ray.live.buffers import LatestQueue, Outbox, OutResult, PendingFrame
 from fusion_ray.live.config import LEVEL_NAMES, LiveConfig
 from fusion_ray.live.ladder import Health, LadderState, degradation, step
+from fusion_ray.live.media import MediaTransport, RawFrame, RawResult, encode_jpeg
 from fusion_ray.live.protocol import (
-    CLOSE_GOING_AWAY,
     CLOSE_NORMAL,
-    CLOSE_POLICY,
+    ENDINGS,
     HEADER_SIZE,
     UNKNOWN_SEQ,
     DropReason,
-    ProtocolError,
     StartMessage,
-    client_json,
     dropped_event,
     error_event,
+    is_stop,
     pack_frame,
     stats_event,
     unpack_frame,
@@ -59,7 +60,6 @@ from fusion_ray.live.protocol import (
 from fusion_ray.live.scheduler import FairScheduler
 from fusion_ray.live.stats import RateLimiter, StreamCounters
 from fusion_ray.live.transport import Transport, TransportClosed
-from fusion_ray.types import Frame
 
 log = logging.getLogger(__name__)
 
@@ -67,25 +67,10 @@ Outcome = Callable[[str, float | None], None]
 """Called once per frame with its outcome ("delivered" or a drop reason) and latency (s)."""
 
 FLUSH_S = 1.0
-ENDINGS: dict[str, tuple[int, str]] = {
-    "idle_timeout": (CLOSE_NORMAL, "no frame within the idle timeout"),
-    "session_limit": (CLOSE_NORMAL, "the stream reached the session length limit"),
-    "source_deleted": (CLOSE_POLICY, "the stream's source was deleted"),
-    "shutting_down": (CLOSE_GOING_AWAY, "the server is shutting down"),
-}
-"""Why the server ends a stream: (close code, message of the ``error`` event sent before it)."""
 
 
 class _BadFrame(Exception):
     pass
-
-
-def encode_jpeg(frame: Frame, quality: int, comment: str | None = None) -> bytes:
-    ok, buffer = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
-    if not ok:
-        raise RuntimeError("JPEG encoding failed")
-    data = buffer.tobytes()
-    return add_jpeg_comment(data, comment) if comment else data
 
 
 @dataclass(frozen=True)
@@ -153,10 +138,13 @@ class Stream:
             self.on_outcome("delivered", latency_s)
 
     # ------------------------------------------------------------ receive
-    def on_message(self, message: str | bytes) -> bool:
+    def on_message(self, message: str | bytes | RawFrame) -> bool:
         """Handle one client message; False when the client asked to stop."""
         if isinstance(message, str):
             return not is_stop(message)
+        if isinstance(message, RawFrame):
+            self.on_raw_frame(message)
+            return True
         now = self.clock()
         self.last_frame_at = now
         if len(message) < HEADER_SIZE:
@@ -188,6 +176,22 @@ class Stream:
         for replaced in self.queue.put(item):
             self.drop(replaced.seq, "stale")
         return True
+
+    def on_raw_frame(self, raw: RawFrame) -> None:
+        """A media track's decoded frame: numbered in arrival order, rate and pixel checks, queued."""
+        now = self.clock()
+        self.last_frame_at = now
+        seq = self.last_received_seq = self.last_received_seq + 1
+        self.counters.received()
+        height, width = raw.frame.shape[:2]
+        if not self.rate.allow(now):
+            self.drop(seq, "overload")
+        elif height * width > self.cfg.max_frame_pixels:
+            self.drop(seq, "too_large")
+        else:
+            for replaced in self.queue.put(PendingFrame(seq, raw.client_ts_ms, raw, now,
+                                                        now + self.deadline_ms / 1000.0)):
+                self.drop(replaced.seq, "stale")
 
     async def _receive_loop(self) -> str:
         try:
@@ -250,9 +254,13 @@ class Stream:
         except _BadFrame:
             self.drop(item.seq, "bad_frame")
             return
-        except Exception:  # a stage failed: drop the frame, never send it unprocessed
-            log.exception("stream %s: processing frame %d failed", self.id, item.seq)
-            self.drop(item.seq, "overload")
+        except Exception as exc:  # never send a frame unprocessed
+            if getattr(exc, "status", None) in (429, 503):  # the host refused it: the server's load
+                self.drop(item.seq, "overload")
+                return
+            # the chain could not process this frame: the frame's doing, not the server's health
+            log.warning("stream %s: frame %d could not be processed: %s", self.id, item.seq, exc)
+            self.drop(item.seq, "bad_frame", health=False)
             return
         if self.clock() > item.deadline:
             self.drop(item.seq, "deadline")
@@ -263,18 +271,23 @@ class Stream:
         else:
             self.last_queued_seq = item.seq
 
-    async def _work(self, item: PendingFrame, plan: FramePlan, quality: int) -> bytes:
-        try:
-            loaded = await asyncio.to_thread(decode_image, item.data, f"frame {item.seq}", self.cfg.max_frame_pixels)
-        except InputError as exc:
-            raise _BadFrame(str(exc)) from exc
-        frame = loaded.frame
+    async def _work(self, item: PendingFrame, plan: FramePlan, quality: int) -> bytes | RawResult:
+        if isinstance(item.data, RawFrame):
+            frame = item.data.frame
+        else:
+            try:
+                loaded = await asyncio.to_thread(decode_image, item.data, f"frame {item.seq}", self.cfg.max_frame_pixels)
+            except InputError as exc:
+                raise _BadFrame(str(exc)) from exc
+            frame = loaded.frame
         if plan.landmarks is not None and frame.shape != self._landmarks_shape:
             plan = replace(plan, landmarks=None)
         processed = await self.processor.process(frame, plan)
         if plan.landmarks is None:
             self.last_landmarks = processed.landmarks
             self._landmarks_shape = frame.shape
+        if isinstance(item.data, RawFrame):  # the media track's encoder encodes it
+            return RawResult(item.seq, processed.frame, item.data.pts, item.data.time_base, item.deadline)
         jpeg = await asyncio.to_thread(encode_jpeg, processed.frame, quality, self._comment)
         return pack_frame(item.seq, item.client_ts_ms, jpeg)
 
@@ -291,6 +304,13 @@ class Stream:
                     self.drop(item.seq, "deadline")
                 elif item.seq <= self.last_sent_seq:
                     self.drop(item.seq, "stale")
+                elif isinstance(item.message, RawResult):
+                    self.last_sent_seq = item.seq
+                    media: MediaTransport = self.transport  # type: ignore[assignment]
+                    if await media.send_frame(item.message):  # the encoder took it within the deadline
+                        self._delivered(self.clock() - item.arrived)
+                    else:
+                        self.drop(item.seq, "deadline")
                 else:
                     self.last_sent_seq = item.seq
                     await self.transport.send_bytes(item.message)
@@ -367,15 +387,6 @@ class Stream:
         deadline = self.clock() + FLUSH_S
         while len(self.outbox) and not sender.done() and self.clock() < deadline:
             await asyncio.sleep(0.01)
-
-
-def is_stop(text: str) -> bool:
-    """Whether a client text message is ``{"type": "stop"}`` (other text is ignored)."""
-    try:
-        data = client_json(text, "message")
-    except ProtocolError:
-        return False
-    return isinstance(data, dict) and data.get("type") == "stop"
 
 
 def _round(value: float | None) -> float | None:

@@ -78,9 +78,10 @@ class ScriptedProcessor:
     ``costly``: whether its configuration has model masks or a pixel boost (level 1 changes it)."""
 
     def __init__(self, delay: Callable[[int], float] = lambda seq: 0.0, fail: set[int] | None = None,
-                 costly: bool = False) -> None:
+                 costly: bool = False, failure: Callable[[], Exception] = lambda: RuntimeError("stage failed")) -> None:
         self.delay = delay
         self.fail = fail or set()
+        self.failure = failure
         self.costly = costly
         self.plans: list[FramePlan] = []
         self.stand_in_models: list[str] = []
@@ -89,7 +90,7 @@ class ScriptedProcessor:
         self.plans.append(plan)
         await asyncio.sleep(self.delay(plan.seq))
         if plan.seq in self.fail:
-            raise RuntimeError("stage failed")
+            raise self.failure()
         return Processed(255 - frame, np.ones((1, 5, 2), np.float32), 1)
 
 

@@ -80,8 +80,41 @@ def test_a_failed_frame_is_dropped_not_sent_unprocessed():
         await asyncio.sleep(0.1)
 
     conn, _, _ = run_stream(LiveConfig(), ScriptedProcessor(fail={0}), script)
-    assert conn.dropped("overload") == [0]
+    assert conn.dropped("bad_frame") == [0]  # the chain could not process it: the frame's doing
     assert conn.result_seqs() == [1]
+
+
+class Refused(Exception):
+    status = 503
+
+
+def test_a_frame_the_host_refuses_for_load_is_overload():
+    async def script(conn):
+        conn.send(frame_message(0))
+        await asyncio.sleep(0.1)
+
+    conn, _, _ = run_stream(LiveConfig(), ScriptedProcessor(fail={0}, failure=Refused), script)
+    assert conn.dropped("overload") == [0]
+
+
+def test_frames_that_break_the_chain_do_not_move_the_ladder():
+    """Before, every failure was ``overload``: twenty bad frames took the ladder from level 0 to 5,
+    where it stayed for the good frames after them."""
+    fast = LadderConfig(degrade_after_s=0.1, recover_after_s=5.0)
+    cfg = LiveConfig(stats_interval_s=0.05, ladder=fast)
+
+    async def script(conn):
+        for seq in range(20):
+            conn.send(frame_message(seq))
+            await asyncio.sleep(0.03)
+        for seq in range(20, 30):
+            conn.send(frame_message(seq))
+            await asyncio.sleep(0.03)
+
+    conn, _, _ = run_stream(cfg, ScriptedProcessor(fail=set(range(20))), script)
+    assert conn.dropped("bad_frame") == list(range(20))
+    assert {t["level"] for t in conn.texts if t["type"] == "stats"} == {0}
+    assert conn.result_seqs() == list(range(20, 30))
 
 
 def test_results_only_ever_increase():

@@ -37,8 +37,8 @@ from fusion_ray.engine import Engine
 from fusion_ray.facefusion_options import MODEL_MASKS
 from fusion_ray.imageio import read_image
 from fusion_ray.live.client import register_source, run_stream
+from fusion_ray.live.media import encode_jpeg
 from fusion_ray.live.sources import JpegClip
-from fusion_ray.live.stream import encode_jpeg
 from fusion_ray.pipeline.config import JobConfig
 from fusion_ray.pipeline.job import JobItem, plan_job, run_job
 from fusion_ray.video import decode_all, decode_segment, encode_segment, is_video_file

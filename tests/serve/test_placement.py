@@ -23,8 +23,8 @@ from fusion_ray.engine import Engine
 from fusion_ray.facefusion_options import FaceFusionOptions, configured
 from fusion_ray.imageio import read_image
 from fusion_ray.live.client import register_source, run_stream
+from fusion_ray.live.media import encode_jpeg
 from fusion_ray.live.sources import JpegClip
-from fusion_ray.live.stream import encode_jpeg
 from fusion_ray.serve.metrics import parse_exposition
 from tests.procs import free_port
 
