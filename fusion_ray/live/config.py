@@ -14,6 +14,9 @@ Memory bound per replica (what the limits guarantee, whatever the clients send):
   it: ``max_streams x max_message_bytes`` at worst (8 x 16 MiB = 128 MiB), for a moment: a frame
   over ``max_frame_bytes`` is dropped (``too_large``) as soon as it has arrived.
 
+A WebRTC session's frames come decoded from its track (no encoded bytes wait): per stream, at
+most ``queue_depth`` decoded frames wait, and one result per viewer waits for its encoder.
+
 Nothing else grows with time or with a client's behaviour: latency windows are bounded
 deques and per-reason counters are fixed.
 """
@@ -74,10 +77,31 @@ class LadderConfig(_Config):
         return self
 
 
+class IceServer(_Config):
+    """A STUN or TURN server given to WebRTC peers (a TURN server relays media where the service's
+    UDP ports cannot be reached, e.g. pods without host networking)."""
+
+    urls: list[str] = Field(min_length=1, description="e.g. ['turn:turn.example.com:3478?transport=udp'].")
+    username: str | None = None
+    credential: str | None = None
+
+
+class WebRtcConfig(_Config):
+    """WebRTC sessions (WHIP ingest, WHEP playback) on a replica; their streams share the limits above."""
+
+    ice_servers: list[IceServer] = Field(
+        default_factory=list, description="STUN/TURN servers for the service's peer connections (none: host "
+        "candidates only, enough where clients reach the replica's UDP ports directly).")
+    max_viewers: int = Field(default=4, ge=0, description="WHEP viewers per session; more are refused (503).")
+
+
 class LiveConfig(_Config):
     """Limits of live streams on one replica (see the module docstring for the memory bound)."""
 
     max_streams: int = Field(default=8, ge=1, description="Streams per replica; more are refused (close 1013).")
+    max_streams_per_token: int | None = Field(
+        default=None, ge=1, description="Streams one token may run on a replica (None: only max_streams); "
+        "more are refused (close 1013, or 503 over WebRTC).")
     slots: int = Field(default=2, ge=1,
                        description="Frames processed at once on this replica, shared fairly by its streams.")
     stream_inflight: int = Field(default=1, ge=1, le=4, description="Frames of one stream processed at once.")
@@ -113,6 +137,7 @@ class LiveConfig(_Config):
         "deleted (their streams end with source_deleted, close 1008) or the service drains.")
     latency_window: int = Field(default=256, ge=8, description="Recent latencies kept for p50/p99.")
     ladder: LadderConfig = LadderConfig()
+    webrtc: WebRtcConfig = WebRtcConfig()
 
     @model_validator(mode="after")
     def _check(self) -> LiveConfig:

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
-from fusion_ray.live.backend import StreamBackend, StreamRefused
+from fusion_ray.live.backend import FrameProcessor, StreamBackend, StreamRefused
 from fusion_ray.live.config import LEVEL_NAMES, LiveConfig
 from fusion_ray.live.protocol import (
     CLOSE_GOING_AWAY,
@@ -62,6 +64,26 @@ class MetricsSink(Protocol):
     def observe(self, name: str, value: float, **labels: str) -> None: ...
 
 
+Opener = Callable[[StartMessage], Awaitable[FrameProcessor]]
+"""Opens a stream's processor (a host that resolved the stream's source itself passes its own)."""
+
+
+@dataclass
+class Admitted:
+    """A stream admitted by :meth:`LiveHub.admit`, holding its place until it ends."""
+
+    stream_id: str
+    start: StartMessage
+    processor: FrameProcessor | None
+    holder: str
+    """Whose stream it is (a digest of its token), for the per-token cap."""
+    released: bool = False
+
+
+def _token_key(token: str | None) -> str:
+    return hashlib.sha256((token or "").encode()).hexdigest()[:16]
+
+
 class LiveHub:
     """Admission, the stream registry and the fair scheduler of one replica."""
 
@@ -77,6 +99,7 @@ class LiveHub:
         self.refusals: dict[str, int] = {}
         self.closing = False
         self._admitted = 0
+        self._per_token: dict[str, int] = {}
         self._watcher: asyncio.Task[None] | None = None
 
     @property
@@ -88,53 +111,96 @@ class LiveHub:
         try:
             first = await asyncio.wait_for(transport.receive(), self.cfg.start_timeout_s)
         except TimeoutError:
+            self._count_refusal("start_timeout")
             return await self._refuse(transport, CLOSE_POLICY, "start_timeout", "no start message in time")
         except TransportClosed:
             return _summary("", "disconnected")
         try:
+            if not isinstance(first, str | bytes):
+                raise ProtocolError("the first message must be the JSON start message")
             start = parse_start(first)
         except ProtocolError as exc:
+            self._count_refusal("malformed_start")
             return await self._refuse(transport, CLOSE_UNSUPPORTED, "malformed_start", str(exc))
+        try:
+            admitted = await self.admit(start)
+        except StreamRefused as exc:  # counted by admit
+            return await self._refuse(transport, exc.close_code, exc.code, exc.message)
+        return await self.run(admitted, transport)
+
+    async def admit(self, start: StartMessage, opener: Opener | None = None) -> Admitted:
+        """Check a start (token, deadline, shut-down, the replica's and the token's stream caps) and
+        open its processor (``opener``, else the backend's ``open``); the stream's place is held
+        until :meth:`run` ends or :meth:`release`. Raises :class:`StreamRefused` (counted in
+        ``fusion_ray_live_refused_total``)."""
+        try:
+            self._check(start)
+            holder = _token_key(start.token)
+            self._admitted += 1
+            self._per_token[holder] = self._per_token.get(holder, 0) + 1
+            admitted = Admitted(uuid.uuid4().hex[:12], start, None, holder)
+            try:
+                admitted.processor = await (opener or self.backend.open)(start)
+            except BaseException:
+                self.release(admitted)
+                raise
+        except StreamRefused as exc:
+            self._count_refusal(exc.code)
+            raise
+        return admitted
+
+    def _check(self, start: StartMessage) -> None:
         if not self.backend.authorize(start.token):
-            return await self._refuse(transport, CLOSE_POLICY, "unauthorized", "missing or wrong token")
+            raise StreamRefused(CLOSE_POLICY, "unauthorized", "missing or wrong token")
         deadline = start.deadline_ms if start.deadline_ms is not None else self.cfg.deadline_ms
         if not self.cfg.min_deadline_ms <= deadline <= self.cfg.max_deadline_ms:
-            return await self._refuse(transport, CLOSE_UNSUPPORTED, "malformed_start",
-                                      f"deadline_ms must be within {self.cfg.min_deadline_ms}.."
-                                      f"{self.cfg.max_deadline_ms}, got {deadline}")
+            raise StreamRefused(CLOSE_UNSUPPORTED, "malformed_start", f"deadline_ms must be within "
+                                f"{self.cfg.min_deadline_ms}..{self.cfg.max_deadline_ms}, got {deadline}")
         if self.closing:
-            return await self._refuse(transport, CLOSE_GOING_AWAY, "shutting_down", "the server is shutting down")
+            raise StreamRefused(CLOSE_GOING_AWAY, "shutting_down", "the server is shutting down")
         if self._admitted >= self.cfg.max_streams:
-            return await self._refuse(transport, CLOSE_TRY_AGAIN_LATER, "too_many_streams",
-                                      f"this replica runs its limit of {self.cfg.max_streams} streams; retry later")
-        self._admitted += 1
-        try:
-            return await self._run(transport, start)
-        finally:
-            self._admitted -= 1
+            raise StreamRefused(CLOSE_TRY_AGAIN_LATER, "too_many_streams",
+                                f"this replica runs its limit of {self.cfg.max_streams} streams; retry later")
+        cap = self.cfg.max_streams_per_token
+        if cap is not None and self._per_token.get(_token_key(start.token), 0) >= cap:
+            raise StreamRefused(CLOSE_TRY_AGAIN_LATER, "too_many_streams",
+                                f"this token runs its limit of {cap} streams on this replica; retry later")
 
-    async def _run(self, transport: Transport, start: StartMessage) -> StreamSummary:
-        try:
-            processor = await self.backend.open(start)
-        except StreamRefused as exc:
-            return await self._refuse(transport, exc.close_code, exc.code, exc.message)
-        stream_id = uuid.uuid4().hex[:12]
+    def release(self, admitted: Admitted) -> None:
+        """Give back an admitted stream's place (once; :meth:`run` does it when the stream ends)."""
+        if admitted.released:
+            return
+        admitted.released = True
+        self._admitted -= 1
+        left = self._per_token.get(admitted.holder, 1) - 1
+        if left:
+            self._per_token[admitted.holder] = left
+        else:
+            self._per_token.pop(admitted.holder, None)
+
+    async def run(self, admitted: Admitted, transport: Transport, *, ready: bool = True) -> StreamSummary:
+        """Run an admitted stream over ``transport`` to its end (``ready``: send the ``ready`` event
+        first; a WebRTC session's answer already said it), then release its place."""
+        processor, start, stream_id = admitted.processor, admitted.start, admitted.stream_id
+        assert processor is not None
         stream = Stream(stream_id, start, processor, transport, self.cfg, self.scheduler,
                         on_outcome=self._outcome, clock=self.clock)
         self.streams[stream_id] = stream
         self._watch()
         try:
-            await transport.send_text(ready_event(
-                stream_id, stream.deadline_ms, list(processor.stand_in_models), level=0,
-                level_name=LEVEL_NAMES[0], max_fps=self.cfg.max_fps, queue_depth=self.cfg.queue_depth,
-                max_frame_bytes=self.cfg.max_frame_bytes, max_frame_pixels=self.cfg.max_frame_pixels,
-                max_message_bytes=self.cfg.max_message_bytes))
+            if ready:
+                await transport.send_text(ready_event(
+                    stream_id, stream.deadline_ms, list(processor.stand_in_models), level=0,
+                    level_name=LEVEL_NAMES[0], max_fps=self.cfg.max_fps, queue_depth=self.cfg.queue_depth,
+                    max_frame_bytes=self.cfg.max_frame_bytes, max_frame_pixels=self.cfg.max_frame_pixels,
+                    max_message_bytes=self.cfg.max_message_bytes))
             summary = await stream.run()
         except TransportClosed:
             summary = _summary(stream_id, "disconnected")
         finally:
             del self.streams[stream_id]
             self.scheduler.forget(stream_id)
+            self.release(admitted)
         log.info("stream %s ended (%s): %d in, %d out, dropped %s", stream_id, summary.reason,
                  summary.frames_in, summary.frames_out, summary.dropped)
         return summary
@@ -172,10 +238,12 @@ class LiveHub:
                     self.revoke_source(source_id)
             await asyncio.sleep(self.cfg.source_check_s)
 
-    async def _refuse(self, transport: Transport, close_code: int, code: str, message: str) -> StreamSummary:
+    def _count_refusal(self, code: str) -> None:
         self.refusals[code] = self.refusals.get(code, 0) + 1
         if self.metrics is not None:
             self.metrics.inc("fusion_ray_live_refused_total", reason=code)
+
+    async def _refuse(self, transport: Transport, close_code: int, code: str, message: str) -> StreamSummary:
         with contextlib.suppress(TransportClosed):
             await transport.send_text(error_event(code, message))
         await transport.close(close_code, code)

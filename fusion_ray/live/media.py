@@ -5,7 +5,7 @@ decodes in a thread and answers with a JPEG. Over WebRTC the codec (VP8, H.264) 
 track's: frames reach the stream decoded, as :class:`RawFrame`, and leave it as
 :class:`RawResult` for the outgoing track's encoder, so the stream neither decodes nor encodes.
 
-A transport that carries raw frames is a :class:`MediaTransport`: its ``send_frame`` returns
+A transport that carries raw frames is a :class:`~fusion_ray.live.transport.MediaTransport`: its ``send_frame`` returns
 only once the outgoing track's encoder has taken the frame (True) or refused it because its
 deadline passed meanwhile (False): the stream counts a frame delivered only when it really left.
 """
@@ -14,12 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Protocol
 
 import cv2
 
 from fusion_ray.imageio import add_jpeg_comment
-from fusion_ray.live.transport import Transport
 from fusion_ray.types import Frame
 
 
@@ -43,14 +41,6 @@ class RawResult:
     pts: int | None
     time_base: Fraction | None
     deadline: float
-
-
-class MediaTransport(Transport, Protocol):
-    """A transport whose frames are media-track frames (:class:`RawFrame` in, :class:`RawResult` out)."""
-
-    async def send_frame(self, result: RawResult) -> bool:
-        """Hand ``result`` to the outgoing track; True once its encoder took it within the deadline."""
-        ...
 
 
 def encode_jpeg(frame: Frame, quality: int, comment: str | None = None) -> bytes:

@@ -98,6 +98,11 @@ def parse_start(text: str | bytes) -> StartMessage:
     data = client_json(text, "start message")
     if not isinstance(data, dict):
         raise ProtocolError("the start message must be a JSON object")
+    return start_from(data)
+
+
+def start_from(data: Mapping[str, Any]) -> StartMessage:
+    """A start message from its fields (the WebSocket's JSON, a WHIP URL's query)."""
     try:
         return StartMessage.model_validate(data)
     except ValidationError as exc:

@@ -42,7 +42,7 @@ from fusion_ray.live.backend import FramePlan, FrameProcessor
 from fusion_ray.live.buffers import LatestQueue, Outbox, OutResult, PendingFrame
 from fusion_ray.live.config import LEVEL_NAMES, LiveConfig
 from fusion_ray.live.ladder import Health, LadderState, degradation, step
-from fusion_ray.live.media import MediaTransport, RawFrame, RawResult, encode_jpeg
+from fusion_ray.live.media import RawFrame, RawResult, encode_jpeg
 from fusion_ray.live.protocol import (
     CLOSE_NORMAL,
     ENDINGS,
@@ -59,7 +59,7 @@ from fusion_ray.live.protocol import (
 )
 from fusion_ray.live.scheduler import FairScheduler
 from fusion_ray.live.stats import RateLimiter, StreamCounters
-from fusion_ray.live.transport import Transport, TransportClosed
+from fusion_ray.live.transport import MediaTransport, Transport, TransportClosed
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ import contextlib
 from typing import Any, Protocol
 
 from fusion_ray.errors import FusionRayError
+from fusion_ray.live.media import RawFrame, RawResult
 
 
 class TransportClosed(FusionRayError):
@@ -19,8 +20,9 @@ class TransportClosed(FusionRayError):
 
 
 class Transport(Protocol):
-    async def receive(self) -> str | bytes:
-        """The next message; :class:`TransportClosed` when the connection is gone."""
+    async def receive(self) -> str | bytes | RawFrame:
+        """The next message (a media track's decoded frame over WebRTC); :class:`TransportClosed`
+        when the connection is gone."""
         ...
 
     async def send_text(self, text: str) -> None: ...
@@ -28,6 +30,14 @@ class Transport(Protocol):
     async def send_bytes(self, data: bytes) -> None: ...
 
     async def close(self, code: int, reason: str = "") -> None: ...
+
+
+class MediaTransport(Transport, Protocol):
+    """A transport whose frames are media-track frames (:class:`RawFrame` in, :class:`RawResult` out)."""
+
+    async def send_frame(self, result: RawResult) -> bool:
+        """Hand ``result`` to the outgoing track; True once its encoder took it within the deadline."""
+        ...
 
 
 class StarletteTransport:

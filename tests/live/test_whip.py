@@ -1,0 +1,150 @@
+"""WebRTC into the in-process host over 127.0.0.1: real aiortc peers, the real SCRFD detector and
+the classic swapper (a real swap); WHIP ingest, refusals, DELETE."""
+
+import asyncio
+import json
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from fusion_ray.config import EngineConfig, RuntimeConfig, SwapConfig
+from fusion_ray.engine import Engine
+from fusion_ray.imageio import read_image
+from fusion_ray.live.client import register_source
+from fusion_ray.live.config import LiveConfig
+from fusion_ray.live.hub import LiveHub
+from fusion_ray.live.local import EngineBackend
+from fusion_ray.live.localhost import LocalServer
+from fusion_ray.video.decode import decode_all
+from fusion_ray.video.synthetic import make_test_video
+
+from .webrtc_peer import BLOCK, publish
+
+TOKEN = "rtc-secret"
+
+
+@pytest.fixture(scope="module")
+def engine(models_config):
+    cfg = EngineConfig(models=models_config, runtime=RuntimeConfig(providers=["cpu"]), swap=SwapConfig(swapper="classic"))
+    return Engine.load(cfg, cpu_budget=1)
+
+
+@pytest.fixture(scope="module")
+def server(engine):
+    backend = EngineBackend(engine, token=TOKEN)
+    hub = LiveHub(LiveConfig(stats_interval_s=0.25, deadline_ms=1000, max_streams=2), backend)
+    with LocalServer(hub, backend) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def clip(images_dir, tmp_path_factory):
+    face = read_image(images_dir / "biden.jpg").frame
+    path = make_test_video(tmp_path_factory.mktemp("rtc") / "clip.mp4", face_image=face, n_frames=15,
+                           fps=Fraction(15), audio=False)
+    return [decoded.frame for decoded in decode_all(path)]
+
+
+@pytest.fixture(scope="module")
+def source_id(server, images_dir):
+    return register_source(server.http_url, (images_dir / "obama.jpg").read_bytes(), "obama.jpg", token=TOKEN)
+
+
+@pytest.mark.parametrize("codec", ["video/H264", "video/VP8"])
+def test_whip_returns_the_swapped_camera_on_the_same_transceiver(server, clip, source_id, engine, codec):
+    result = asyncio.run(publish(server.http_url, f"source_id={source_id}", TOKEN, clip, codec=codec, seconds=3.0))
+    assert result.status == 201 and result.location.startswith("/v1/whip/"), result.error
+    assert result.headers["Content-Type"].startswith("application/sdp")
+    assert len(result.received) >= 5, (len(result.received), result.events[-1:])
+    assert result.order == sorted(result.order)  # never out of order
+    assert result.deleted == 200
+    stats = [json.loads(e) for e in result.events if '"stats"' in e]
+    assert stats and all(s["dropped"].get("deadline", 0) >= 0 for s in stats)
+    # The face region changed (the swap), the stamped corner came back as sent.
+    seq = result.order[len(result.order) // 2]
+    sent, got = clip[seq % len(clip)].astype(np.int16), result.received[seq].astype(np.int16)
+    faces = engine.detect(clip[seq % len(clip)])
+    x0, y0, x1, y1 = (int(v) for v in faces[0].bbox_xyxy)
+    inner = np.abs(got[y0:y1, x0:x1] - sent[y0:y1, x0:x1]).mean()
+    mask = np.ones(sent.shape[:2], bool)
+    mask[max(0, y0 - 40):y1 + 40, max(0, x0 - 40):x1 + 40] = False
+    mask[:BLOCK * 2] = False
+    outer = np.abs(got[mask] - sent[mask]).mean()
+    assert inner > 8.0 and outer < 6.0, (inner, outer)
+
+
+def test_separate_send_and_receive_transceivers_work_too(server, clip, source_id):
+    result = asyncio.run(publish(server.http_url, f"source_id={source_id}", TOKEN, clip, seconds=2.5, sendrecv=False))
+    assert result.status == 201 and len(result.received) >= 3
+
+
+@pytest.mark.parametrize(("query", "token", "status", "code"), [
+    ("source_id={sid}", "wrong", 401, "unauthorized"),
+    ("source_id=nope", TOKEN, 404, "unknown_source"),
+    ("source_id={sid}&face_swapper_pixel_boost=1024x1024", TOKEN, 422, "invalid_option"),
+    ("source_id={sid}&bogus=1", TOKEN, 400, "malformed_start"),
+    ("source_id={sid}&deadline_ms=1", TOKEN, 400, "malformed_start"),
+])
+def test_refusals(server, clip, source_id, query, token, status, code):
+    result = asyncio.run(publish(server.http_url, query.format(sid=source_id), token, clip, seconds=0.1))
+    assert (result.status, result.error["error"]) == (status, code), result.error
+
+
+async def _offer(video: int = 1, audio: bool = False, direction: str = "sendrecv") -> str:
+    from aiortc import RTCPeerConnection
+
+    pc = RTCPeerConnection()
+    for _ in range(video):
+        pc.addTransceiver("video", direction=direction)
+    if audio:
+        pc.addTransceiver("audio", direction="sendrecv")
+    await pc.setLocalDescription(await pc.createOffer())
+    sdp = pc.localDescription.sdp
+    await pc.close()
+    return sdp
+
+
+def _post(url: str, body: str, token: str | None = TOKEN, content_type: str = "application/sdp") -> tuple[int, dict]:
+    import aiohttp
+
+    async def go() -> tuple[int, dict]:
+        headers = {"Content-Type": content_type, **({"Authorization": f"Bearer {token}"} if token else {})}
+        async with aiohttp.ClientSession() as http, http.post(url, data=body, headers=headers) as response:
+            return response.status, await response.json()
+
+    return asyncio.run(go())
+
+
+def _only_codec(sdp: str, name: str) -> str:
+    """The offer with its video codecs renamed to ``name`` (one the service does not take)."""
+    return sdp.replace("VP8/90000", f"{name}/90000").replace("H264/90000", f"{name}/90000")
+
+
+@pytest.mark.parametrize(("make", "content_type", "status", "code"), [
+    (lambda: "hello, not an offer", "application/sdp", 400, "bad_sdp"),
+    (lambda: "v=0\r\nthis is garbage\r\n", "application/sdp", 400, "bad_sdp"),
+    (lambda: asyncio.run(_offer(video=0, audio=True)), "application/sdp", 422, "no_video"),
+    (lambda: asyncio.run(_offer(direction="recvonly")), "application/sdp", 422, "no_video"),
+    (lambda: asyncio.run(_offer(video=50)), "application/sdp", 422, "too_many_tracks"),
+    (lambda: _only_codec(asyncio.run(_offer()), "VP9"), "application/sdp", 415, "unsupported_codec"),
+    (lambda: asyncio.run(_offer()), "application/json", 415, "unsupported_media_type"),
+    (lambda: "v=0\r\n" + "a=x\r\n" * 40000, "application/sdp", 413, "offer_too_large"),
+])
+def test_offers_the_service_cannot_take_are_refused_with_the_reason(server, source_id, make, content_type, status,
+                                                                    code):
+    got, body = _post(f"{server.http_url}/v1/whip?source_id={source_id}", make(), content_type=content_type)
+    assert (got, body["error"]) == (status, code), body
+    assert body["detail"]
+
+
+def test_over_the_stream_cap_is_503_and_unknown_sessions_404(server, clip, source_id):
+    async def scenario() -> list[int]:
+        first = [asyncio.create_task(publish(server.http_url, f"source_id={source_id}", TOKEN, clip, seconds=2.0))
+                 for _ in range(2)]
+        await asyncio.sleep(1.0)
+        third = await publish(server.http_url, f"source_id={source_id}", TOKEN, clip, seconds=0.1)
+        return [third.status, *[r.status for r in await asyncio.gather(*first)]]
+
+    assert asyncio.run(scenario()) == [503, 201, 201]
+    assert _post(f"{server.http_url}/v1/whep/nosuchsession", asyncio.run(_offer(direction="recvonly")))[0] == 404

@@ -1,0 +1,117 @@
+"""A real aiortc WHIP publisher for tests: plays frames stamped with their number, reads the
+returned track's stamps, DELETEs at the end."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import aiohttp
+import numpy as np
+from aiortc import RTCPeerConnection, RTCRtpSender, RTCSessionDescription, VideoStreamTrack
+from av import VideoFrame
+
+BLOCK = 16
+BITS = 10
+
+
+def stamp(frame: np.ndarray, seq: int) -> np.ndarray:
+    """``seq`` drawn as BITS black/white 16 px blocks along the top-left edge."""
+    out = frame.copy()
+    for bit in range(BITS):
+        out[:BLOCK, bit * BLOCK:(bit + 1) * BLOCK] = 255 if seq >> bit & 1 else 0
+    return out
+
+
+def read_stamp(frame: np.ndarray) -> int:
+    return sum(1 << bit for bit in range(BITS)
+               if frame[4:BLOCK - 4, bit * BLOCK + 4:(bit + 1) * BLOCK - 4].mean() > 127)
+
+
+class StampedClip(VideoStreamTrack):
+    """The frames in a loop at ``fps``, each stamped with its number; records when each was sent."""
+
+    def __init__(self, frames: list[np.ndarray], fps: int = 15) -> None:
+        super().__init__()
+        self.frames, self.fps = frames, fps
+        self.sent: dict[int, float] = {}
+        self.count = 0
+        self._start: float | None = None
+
+    async def recv(self) -> VideoFrame:
+        if self._start is None:
+            self._start = time.monotonic()
+        seq = self.count
+        self.count += 1
+        await asyncio.sleep(max(0.0, self._start + seq / self.fps - time.monotonic()))
+        frame = VideoFrame.from_ndarray(stamp(self.frames[seq % len(self.frames)], seq), format="bgr24")
+        frame.pts, frame.time_base = seq * (90000 // self.fps), Fraction(1, 90000)
+        self.sent[seq] = time.monotonic()
+        return frame
+
+
+@dataclass
+class Published:
+    status: int
+    location: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    error: dict[str, Any] | None = None
+    received: dict[int, np.ndarray] = field(default_factory=dict)
+    latency_ms: dict[int, float] = field(default_factory=dict)
+    order: list[int] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+    deleted: int | None = None
+
+
+async def publish(base: str, query: str, token: str | None, frames: list[np.ndarray], *, codec: str = "video/H264",
+                  seconds: float = 3.0, sendrecv: bool = True, delete: bool = True, fps: int = 15) -> Published:
+    """POST a WHIP offer with one sendrecv video transceiver (or sendonly + recvonly), play for
+    ``seconds``, collect what comes back, then DELETE."""
+    pc = RTCPeerConnection()
+    clip = StampedClip(frames, fps)
+    if sendrecv:
+        transceivers = [pc.addTransceiver(clip, direction="sendrecv")]
+    else:
+        transceivers = [pc.addTransceiver(clip, direction="sendonly"), pc.addTransceiver("video", direction="recvonly")]
+    for transceiver in transceivers:
+        caps = RTCRtpSender.getCapabilities("video").codecs
+        transceiver.setCodecPreferences([c for c in caps if c.mimeType == codec])
+    channel = pc.createDataChannel("events")
+    result = Published(0)
+    channel.on("message", lambda message: result.events.append(message))
+    readers: list[asyncio.Task[None]] = []
+
+    async def read(track: Any) -> None:
+        with contextlib.suppress(Exception):
+            while True:
+                frame = (await track.recv()).to_ndarray(format="bgr24")
+                seq = read_stamp(frame)
+                if seq in clip.sent and seq not in result.received:
+                    result.latency_ms[seq] = (time.monotonic() - clip.sent[seq]) * 1000.0
+                    result.received[seq] = frame
+                    result.order.append(seq)
+
+    pc.on("track", lambda track: readers.append(asyncio.create_task(read(track))) if track.kind == "video" else None)
+    await pc.setLocalDescription(await pc.createOffer())
+    headers = {"Content-Type": "application/sdp", **({"Authorization": f"Bearer {token}"} if token else {})}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{base}/v1/whip?{query}", data=pc.localDescription.sdp, headers=headers) as response:
+            result.status, result.headers = response.status, dict(response.headers)
+            if response.status != 201:
+                result.error = await response.json()
+                await pc.close()
+                return result
+            result.location = response.headers["Location"]
+            await pc.setRemoteDescription(RTCSessionDescription(await response.text(), "answer"))
+        await asyncio.sleep(seconds)
+        if delete:
+            async with http.delete(f"{base}{result.location}", headers=headers) as response:
+                result.deleted = response.status
+    for reader in readers:
+        reader.cancel()
+    await pc.close()
+    return result
