@@ -108,11 +108,13 @@ class WebRtcHost:
         self.sessions: dict[str, WebRtcSession] = {}
         self._runs: set[asyncio.Task[None]] = set()
 
-    async def publish(self, offer: str, start: StartMessage, opener: Opener | None = None) -> Published:
-        """Check, admit and answer a WHIP offer; the stream then runs until it ends (in the background)."""
+    async def publish(self, offer: str, start: StartMessage, opener: Opener | None = None, *,
+                      id_prefix: str = "") -> Published:
+        """Check, admit and answer a WHIP offer; the stream then runs until it ends (in the
+        background). The session's id is ``id_prefix`` and the stream's id."""
         info = check_offer(offer)
         admitted = await self.hub.admit(start, opener)  # StreamRefused
-        session = WebRtcSession(admitted.stream_id, self.ice_servers, audio_delay=lambda: self._median_s(admitted))
+        session = WebRtcSession(id_prefix + admitted.stream_id, self.ice_servers, audio_delay=lambda: self._median_s(admitted))
         try:
             answer = await session.answer(info)
         except Exception as exc:  # aiortc refuses an offer it cannot negotiate

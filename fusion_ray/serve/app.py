@@ -18,7 +18,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ray import serve
 from ray.serve import Application
-from ray.serve.config import BackpressureConfig
+from ray.serve.config import BackpressureConfig, RequestRouterConfig
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fusion_ray import __version__
@@ -53,6 +53,7 @@ from fusion_ray.serve.settings import (
     resolve_placement,
 )
 from fusion_ray.serve.timing import Timings
+from fusion_ray.serve.webrtc import SESSION_ROUTER
 
 __all__ = ["IngressCore", "IngressDeployment", "build_app", "create_api"]
 
@@ -86,12 +87,15 @@ def create_api(core: IngressCore) -> FastAPI:
     bearer = HTTPBearer(auto_error=False, description="Set when the service has an API token.")
     _error_handlers(api, core)
     _v1_routes(api, core, bearer)
-    _live_routes(api, core)
+    _live_routes(api, core, bearer)
     _ops_routes(api, core, bearer)
     return api
 
 
-def _live_routes(api: FastAPI, core: IngressCore) -> None:
+def _live_routes(api: FastAPI, core: IngressCore, bearer: HTTPBearer) -> None:
+    def authorise(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
+        core.authorise(_token(credentials))
+
     @api.get("/live", tags=["live"], response_class=HTMLResponse, summary="The live-stream page (webcam in, swap out)")
     async def page() -> HTMLResponse:
         return HTMLResponse(live_page())
@@ -101,6 +105,34 @@ def _live_routes(api: FastAPI, core: IngressCore) -> None:
         """Live stream (protocol in the README); the token travels in the start message."""
         await websocket.accept()
         await core.live.serve(StarletteTransport(websocket))
+
+    sdp_body = {"requestBody": {"required": True, "content": {"application/sdp": {"schema": {"type": "string"}}}}}
+    sdp_answer: dict[int | str, dict[str, Any]] = {201: {"content": {"application/sdp": {}},
+                                                         "description": "The SDP answer (WHIP: Location names the session)."}}
+
+    @api.post("/v1/whip", tags=["live"], status_code=201, response_class=Response, openapi_extra=sdp_body,
+              summary="WebRTC ingest (WHIP): an SDP offer in, the swapped video back on the same connection",
+              responses={**sdp_answer, **error_responses(400, 401, 403, 404, 413, 415, 422, 501, 503)})
+    async def whip(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Response:  # noqa: B008
+        """The query takes the live start message's fields (``source_id``, ``select``, ``face_index``,
+        ``deadline_ms``, ``enhance``, FaceFusion's options; a list as repeated or comma-separated values)."""
+        core.authorise(_token(credentials))
+        query: dict[str, list[str]] = {}
+        for key, value in request.query_params.multi_items():
+            query.setdefault(key, []).append(value)
+        return await core.webrtc.publish(request, query, _token(credentials), Timings(core.metrics))
+
+    @api.delete("/v1/whip/{session_id}", tags=["live"], response_class=Response, dependencies=[Depends(authorise)],
+                summary="End a WebRTC session", responses=error_responses(401, 404, 501))
+    async def whip_end(session_id: str) -> Response:
+        return await core.webrtc.end(session_id, Timings(core.metrics))
+
+    @api.post("/v1/whep/{session_id}", tags=["live"], status_code=201, response_class=Response,
+              dependencies=[Depends(authorise)], openapi_extra=sdp_body,
+              summary="WebRTC playback (WHEP): a viewer of a session's swapped video",
+              responses={**sdp_answer, **error_responses(400, 401, 404, 413, 415, 422, 501, 503)})
+    async def whep(session_id: str, request: Request) -> Response:
+        return await core.webrtc.view(request, session_id, Timings(core.metrics))
 
 
 def _error_handlers(api: FastAPI, core: IngressCore) -> None:
@@ -231,8 +263,9 @@ def build_app(args: dict[str, Any]) -> Application:
         **_options(deps.state, deps.state.max_ongoing_requests or 256, stop)).bind(settings)
     if placement == "fused":
         fused = FusedDeployment.options(  # type: ignore[attr-defined]
-            **_options(deps.fused, settings.fused_max_ongoing(), stop, backpressure_config=backpressure),
-        ).bind(settings)
+            **_options(deps.fused, settings.fused_max_ongoing(), stop, backpressure_config=backpressure,
+                       request_router_config=RequestRouterConfig(request_router_class=SESSION_ROUTER)),  # type: ignore[arg-type]
+        ).bind(settings, state)
         chain: tuple[Any, Any, Any] = (fused, fused, fused if deps.enhancer_enabled else None)
     else:
         chain = _split(settings, backpressure)

@@ -29,7 +29,7 @@ from fusion_ray.facefusion_options import FaceFusionOptions
 from fusion_ray.live.backend import SourceStatus
 from fusion_ray.serve.deployments import SplitPart
 from fusion_ray.serve.limits import ApiError, wait_for
-from fusion_ray.serve.metrics import MetricsRecorder, Snapshot
+from fusion_ray.serve.metrics import MetricsRecorder, Snapshot, record_batch
 from fusion_ray.serve.settings import ServeSettings
 from fusion_ray.serve.timing import Timings
 from fusion_ray.types import SourceIdentity
@@ -80,11 +80,7 @@ class Downstream:
                 raise downstream_error(exc, stage, self.retry_headers) from exc
 
     def record_batch(self, deployment: str, result: dict[str, Any]) -> None:
-        record = result.get("batch")
-        if record:
-            self.metrics.batch(deployment, int(record["requests"]), int(record["faces"]), float(record["compute_s"]))
-        for step, seconds in result.get("steps", {}).items():  # the chain's steps it ran
-            self.metrics.step(step, float(seconds))
+        record_batch(self.metrics, deployment, result)
 
     # ------------------------------------------------------------ the chain
     async def find(self, t: Timings, job: FrameJob) -> tuple[FrameState, Any]:

@@ -37,11 +37,16 @@ from fusion_ray.serve.deployments import (
     embed_batch,
     source_face,
 )
+from fusion_ray.serve.live import PreparedStream
 from fusion_ray.serve.metrics import step_seconds
 from fusion_ray.serve.quality import loaded_config, quality_components
 from fusion_ray.serve.settings import ServeSettings
+from fusion_ray.serve.webrtc import ReplicaWebRtc
 
 log = logging.getLogger(__name__)
+
+WEBRTC_STOP_S = 5.0
+"""The longest a replica's shut-down waits for its WebRTC sessions to close."""
 
 BATCHES_IN_FLIGHT = 2
 """Frame batches a fused replica runs at once, each in its own thread (sessions at one thread by
@@ -53,7 +58,7 @@ second batch detects while the first swaps and pastes, instead of one of two cor
 class FusedDeployment:
     """Every model of the chain in one replica; whole frames batched across requests and streams."""
 
-    def __init__(self, settings: ServeSettings) -> None:
+    def __init__(self, settings: ServeSettings, state: Any = None) -> None:
         dep = settings.deployments.fused
         self.cfg = settings.engine.in_ray_actor(dep.num_gpus > 0)
         budget = dep.threads_budget()
@@ -71,6 +76,9 @@ class FusedDeployment:
         _configure_batching(self._embed_batched, settings.batching.embed)
         self.frames_wait = _adaptive(settings, settings.batching.frames)
         self.embed_wait = _adaptive(settings, settings.batching.embed)
+        replica_id = serve.get_replica_context().replica_id.unique_id if state is not None else "local"
+        self.webrtc = ReplicaWebRtc(settings, state, replica_id, self.process)
+        self.stop_s = settings.shutdown.drain_timeout_s
         log.info("fused replica ready (cpu budget %s, frame batch %d)", budget, settings.batching.frames.max_batch_size)
 
     async def process(self, job: FrameJob) -> dict[str, Any]:
@@ -102,6 +110,22 @@ class FusedDeployment:
     @serve.batch
     async def _embed_batched(self, requests: list[list[identity.SourceFace]]) -> list[dict[str, Any]]:
         return await asyncio.to_thread(embed_batch, self.models, self.cfg, requests)
+
+    async def webrtc_publish(self, offer: str, prepared: PreparedStream) -> dict[str, Any]:
+        """A WHIP offer answered here: this replica holds the session (see :mod:`fusion_ray.serve.webrtc`)."""
+        return await self.webrtc.publish(offer, prepared)
+
+    async def webrtc_end(self, session_id: str) -> bool:
+        """DELETE of a session (routed here by :class:`~fusion_ray.serve.webrtc.SessionRouter`)."""
+        return await self.webrtc.end(session_id)
+
+    async def webrtc_view(self, session_id: str, offer: str) -> dict[str, Any]:
+        """A WHEP viewer of a session held here."""
+        return await self.webrtc.view(session_id, offer)
+
+    async def __del__(self) -> None:
+        """On shut-down: end this replica's WebRTC sessions (``shutting_down``), bounded."""
+        await self.webrtc.shut_down(min(self.stop_s, WEBRTC_STOP_S))
 
     def model_info(self) -> dict[str, ModelInfo]:
         return dict(self.models.info)

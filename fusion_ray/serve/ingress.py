@@ -44,7 +44,7 @@ from fusion_ray.serve.limits import (
     clip,
 )
 from fusion_ray.serve.live import ServeStreamBackend, StreamRoute
-from fusion_ray.serve.metrics import LATENCY_BUCKETS_S, MetricsBuffer
+from fusion_ray.serve.metrics import FlushingSink, MetricsBuffer
 from fusion_ray.serve.ops import ingress_gauges, readiness
 from fusion_ray.serve.placement import (
     FrameRequest,
@@ -69,6 +69,7 @@ from fusion_ray.serve.schemas import (
 )
 from fusion_ray.serve.settings import ServeSettings
 from fusion_ray.serve.timing import Timings
+from fusion_ray.serve.whip_ingress import WhipIngress
 from fusion_ray.types import SourceIdentity
 
 log = logging.getLogger(__name__)
@@ -89,20 +90,6 @@ class Upload(Protocol):
 
 
 Work = Callable[[Form, Timings], Awaitable[Response]]
-
-
-class _Flushing:
-    """The metrics sink of live streams: frames count like requests, and flush the same way."""
-
-    def __init__(self, metrics: MetricsBuffer) -> None:
-        self.metrics = metrics
-
-    def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
-        self.metrics.inc(name, amount, **labels)
-        self.metrics.maybe_flush()
-
-    def observe(self, name: str, value: float, **labels: str) -> None:
-        self.metrics.observe(name, value, LATENCY_BUCKETS_S, **labels)
 
 
 class IngressCore:
@@ -128,7 +115,9 @@ class IngressCore:
                                   else SplitChain(self.downstream, self.local))
         route = StreamRoute(self.chain, settings, self.metrics, self.auth.valid, self.source, self.provenance,
                             self.downstream.source_status, enhancer is not None)
-        self.live = LiveHub(settings.live, ServeStreamBackend(route), metrics=_Flushing(self.metrics))
+        streams = ServeStreamBackend(route)
+        self.live = LiveHub(settings.live, streams, metrics=FlushingSink(self.metrics))
+        self.webrtc = WhipIngress(settings.placement, detector, streams, self.downstream.call, STAND_IN_HEADER)
         self.replica = uuid.uuid4().hex[:8]
         self._provenance: dict[tuple[bool, frozenset[str]], Provenance] = {}
 

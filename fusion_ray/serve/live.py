@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from fusion_ray.core import chain
+from fusion_ray.core.chain import Selection
 from fusion_ray.core.provenance import Provenance
 from fusion_ray.facefusion_options import configured
 from fusion_ray.live.backend import FramePlan, Processed, SourceStatus, StreamRefused
@@ -59,6 +60,16 @@ class StreamRoute:
     """Whether the service runs the enhancer."""
 
 
+class PreparedStream(NamedTuple):
+    """A stream's source identity, start, checked options and stand-in models (sent to the replica
+    that runs a WebRTC session's chain)."""
+
+    identity: SourceIdentity
+    start: StartMessage
+    quality: RequestQuality
+    stand_ins: list[str]
+
+
 class ServeStreamBackend:
     """Authorises a stream with the ingress' token and opens it on a registered source."""
 
@@ -69,6 +80,12 @@ class ServeStreamBackend:
         return self.route.authorize(token)
 
     async def open(self, start: StartMessage) -> ServeStreamProcessor:
+        return ServeStreamProcessor(self.route.chain, self.route.metrics, self.route.settings,
+                                    *await self.prepare(start))
+
+    async def prepare(self, start: StartMessage) -> PreparedStream:
+        """What a stream runs with: its source's identity, its options (checked against the caps) and
+        the stand-in models its outputs come from; :class:`StreamRefused` when it cannot run."""
         t = Timings(self.route.metrics)
         try:
             identity = await self.route.source(t, start.source_id)
@@ -83,7 +100,7 @@ class ServeStreamBackend:
         except ApiError as exc:  # over a cap: policy; options the service cannot run: unsupported
             raise StreamRefused(CLOSE_POLICY if exc.status == 403 else CLOSE_UNSUPPORTED, exc.code, exc.detail) from exc
         made_by = await self.route.provenance(t, quality.enhance_blend is not None, quality.models)
-        return ServeStreamProcessor(self.route, identity, start, quality, list(made_by.stand_in_models))
+        return PreparedStream(identity, start, quality, list(made_by.stand_in_models))
 
     async def source_status(self, source_ids: set[str]) -> SourceStatus:
         """From the state deployment, shared by every ingress replica."""
@@ -93,20 +110,20 @@ class ServeStreamBackend:
 class ServeStreamProcessor:
     """One stream: its identity, options and follower; each frame goes through the placed chain."""
 
-    def __init__(self, route: StreamRoute, identity: SourceIdentity, start: StartMessage, quality: RequestQuality,
-                 stand_ins: list[str]) -> None:
-        self.runner: ServeChain = route.chain
-        self.metrics = route.metrics
+    def __init__(self, chain: ServeChain, metrics: MetricsRecorder, settings: ServeSettings, identity: SourceIdentity,
+                 start: StartMessage, quality: RequestQuality, stand_ins: list[str]) -> None:
+        self.runner = chain
+        self.metrics = metrics
         self.quality = quality
-        self.costly = is_costly(configured(route.settings.engine, quality.options))
-        self.light = without_costly(quality.options, route.settings.engine)
+        self.costly = is_costly(configured(settings.engine, quality.options))
+        self.light = without_costly(quality.options, settings.engine)
         self.identity = identity
         self.start = start
         self.key = f"stream_{start.source_id}"
         self._stand_ins = stand_ins
-        self.follower = StreamFollower(route.settings.engine.tracking)
+        self.follower = StreamFollower(settings.engine.tracking)
         self._follower_seq = -1  # the frame whose updated copy self.follower is
-        self.selection = chain.Selection.asked(start.select, start.face_index, route.settings.engine.selection)
+        self.selection = Selection.asked(start.select, start.face_index, settings.engine.selection)
 
     @property
     def stand_in_models(self) -> list[str]:

@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +163,29 @@ class MetricsBuffer(MetricsRecorder):
         if self._running is None or self._running.done():
             self._last = time.monotonic()
             self._running = asyncio.ensure_future(self.flush())
+
+
+class FlushingSink:
+    """The metrics sink of live streams (a hub's): frames count like requests, and flush the same way."""
+
+    def __init__(self, metrics: MetricsBuffer) -> None:
+        self.metrics = metrics
+
+    def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
+        self.metrics.inc(name, amount, **labels)
+        self.metrics.maybe_flush()
+
+    def observe(self, name: str, value: float, **labels: str) -> None:
+        self.metrics.observe(name, value, LATENCY_BUCKETS_S, **labels)
+
+
+def record_batch(metrics: MetricsRecorder, deployment: str, result: Mapping[str, Any]) -> None:
+    """A batched deployment's batch record and per-step busy times (what its results carry)."""
+    record = result.get("batch")
+    if record:
+        metrics.batch(deployment, int(record["requests"]), int(record["faces"]), float(record["compute_s"]))
+    for step, seconds in result.get("steps", {}).items():  # the chain's steps it ran
+        metrics.step(step, float(seconds))
 
 
 class MetricsStore:

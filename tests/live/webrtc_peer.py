@@ -68,7 +68,8 @@ class Published:
 
 
 async def publish(base: str, query: str, token: str | None, frames: list[np.ndarray], *, codec: str = "video/H264",
-                  seconds: float = 3.0, sendrecv: bool = True, delete: bool = True, fps: int = 15) -> Published:
+                  seconds: float = 3.0, sendrecv: bool = True, delete: bool = True, fps: int = 15,
+                  on_location: Any = None) -> Published:
     """POST a WHIP offer with one sendrecv video transceiver (or sendonly + recvonly), play for
     ``seconds``, collect what comes back, then DELETE."""
     pc = RTCPeerConnection()
@@ -107,6 +108,8 @@ async def publish(base: str, query: str, token: str | None, frames: list[np.ndar
                 return result
             result.location = response.headers["Location"]
             await pc.setRemoteDescription(RTCSessionDescription(await response.text(), "answer"))
+            if on_location is not None:
+                on_location(result.location)
         await asyncio.sleep(seconds)
         if delete:
             async with http.delete(f"{base}{result.location}", headers=headers) as response:
@@ -115,3 +118,31 @@ async def publish(base: str, query: str, token: str | None, frames: list[np.ndar
         reader.cancel()
     await pc.close()
     return result
+
+
+async def play(base: str, session_path: str, token: str | None, *, seconds: float = 2.0) -> tuple[int, list[int]]:
+    """A WHEP viewer of ``session_path`` (``/v1/whep/<session>``): the status and the stamps it saw."""
+    pc = RTCPeerConnection()
+    pc.addTransceiver("video", direction="recvonly")
+    seen: list[int] = []
+    readers: list[asyncio.Task[None]] = []
+
+    async def read(track: Any) -> None:
+        with contextlib.suppress(Exception):
+            while True:
+                seen.append(read_stamp((await track.recv()).to_ndarray(format="bgr24")))
+
+    pc.on("track", lambda track: readers.append(asyncio.create_task(read(track))))
+    await pc.setLocalDescription(await pc.createOffer())
+    headers = {"Content-Type": "application/sdp", **({"Authorization": f"Bearer {token}"} if token else {})}
+    async with aiohttp.ClientSession() as http, http.post(f"{base}{session_path}", data=pc.localDescription.sdp,
+                                                          headers=headers) as response:
+        status = response.status
+        if status == 201:
+            await pc.setRemoteDescription(RTCSessionDescription(await response.text(), "answer"))
+    if status == 201:
+        await asyncio.sleep(seconds)
+    for reader in readers:
+        reader.cancel()
+    await pc.close()
+    return status, seen
