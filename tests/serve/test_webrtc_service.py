@@ -21,6 +21,7 @@ from fusion_ray.video.synthetic import make_test_video
 from tests.live.webrtc_peer import play as whep_play
 from tests.live.webrtc_peer import publish
 from tests.procs import free_port
+from tests.serve.browser import CHROMIUM, face_detector, run_live_page, swapped_towards_source
 
 pytestmark = pytest.mark.ray
 
@@ -144,3 +145,19 @@ def test_unknown_sessions_are_404(service):
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request, timeout=10)
     assert caught.value.code == 404 and json.loads(caught.value.read())["error"] == "unknown_session"
+
+
+@pytest.fixture(scope="module")
+def detector(models_config):
+    return face_detector(models_config)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_the_live_page_streams_over_webrtc_in_headless_chromium(service, clip, images_dir, tmp_path, detector):
+    """The page publishes its (fake) camera over WHIP and draws the swapped track it gets back on the
+    same connection into its canvas, whose pixels show the swap."""
+    shot, shown = run_live_page(service, TOKEN, clip, images_dir / "obama.jpg", tmp_path)
+    assert shown["transport"] == "WebRTC", shown
+    assert float(shown["fps"]) > 0 and float(shown["latency"]) > 0 and int(shown["level"]) in range(6), shown
+    assert int(shown["sent"]) >= int(shown["received_at_shot"]), shown
+    assert swapped_towards_source(detector, shot, read_image(images_dir / "obama.jpg").frame, clip[0])
