@@ -97,7 +97,9 @@ class SwappedTrack(MediaStreamTrack):
 
 
 class DelayedAudio(MediaStreamTrack):
-    """The offered audio sent back ``delay()`` seconds late: in step with the swapped video."""
+    """The offered audio sent back ``delay()`` seconds late: in step with the swapped video. Frames
+    are read as they come and each leaves ``delay()`` after it arrived (at most
+    :data:`AUDIO_DELAY_MAX_S` of audio waits; older frames are dropped)."""
 
     kind = "audio"
 
@@ -105,15 +107,39 @@ class DelayedAudio(MediaStreamTrack):
         super().__init__()
         self.source = source
         self.delay = delay
+        self._queued: deque[tuple[float, av.AudioFrame]] = deque(maxlen=int(AUDIO_DELAY_MAX_S / 0.01))
+        self._arrived = asyncio.Event()
+        self._reader: asyncio.Task[None] | None = None
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                frame = await self.source.recv()
+                if isinstance(frame, av.AudioFrame):
+                    self._queued.append((time.monotonic(), frame))
+                    self._arrived.set()
+        except MediaStreamError:
+            self.stop()
 
     async def recv(self) -> av.AudioFrame:
-        frame = await self.source.recv()
-        assert isinstance(frame, av.AudioFrame)
-        arrived = time.monotonic()
-        wait = min(max(self.delay(), 0.0), AUDIO_DELAY_MAX_S) - (time.monotonic() - arrived)
+        if self._reader is None:
+            self._reader = asyncio.create_task(self._read())
+        while not self._queued:
+            if self.readyState != "live":
+                raise MediaStreamError
+            self._arrived.clear()
+            await self._arrived.wait()
+        arrived, frame = self._queued.popleft()
+        wait = arrived + min(max(self.delay(), 0.0), AUDIO_DELAY_MAX_S) - time.monotonic()
         if wait > 0:
             await asyncio.sleep(wait)
         return frame
+
+    def stop(self) -> None:
+        super().stop()
+        self._arrived.set()
+        if self._reader is not None:
+            self._reader.cancel()
 
 
 class SessionTransport:

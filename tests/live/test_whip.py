@@ -3,6 +3,7 @@ the classic swapper (a real swap); WHIP ingest, refusals, DELETE."""
 
 import asyncio
 import json
+import time
 from fractions import Fraction
 
 import numpy as np
@@ -148,3 +149,56 @@ def test_over_the_stream_cap_is_503_and_unknown_sessions_404(server, clip, sourc
 
     assert asyncio.run(scenario()) == [503, 201, 201]
     assert _post(f"{server.http_url}/v1/whep/nosuchsession", asyncio.run(_offer(direction="recvonly")))[0] == 404
+
+
+def test_audio_offered_comes_back_in_step(server, clip, source_id):
+    result = asyncio.run(publish(server.http_url, f"source_id={source_id}", TOKEN, clip, seconds=2.5, audio=True))
+    assert result.status == 201 and len(result.received) >= 3
+    assert result.audio_frames >= 50  # 20 ms frames: the offered audio was passed through
+
+
+def test_a_session_whose_source_is_deleted_ends_with_the_reason(server, clip, images_dir):
+    from fusion_ray.live.client import register_source
+
+    doomed = register_source(server.http_url, (images_dir / "obama.jpg").read_bytes(), "obama.jpg", token=TOKEN)
+
+    async def scenario():
+        answered: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        session = asyncio.create_task(publish(server.http_url, f"source_id={doomed}", TOKEN, clip, seconds=15,
+                                              delete=False, on_location=answered.set_result))
+        await asyncio.wait_for(answered, 10)
+        await asyncio.sleep(1.0)
+        import aiohttp
+
+        async with aiohttp.ClientSession() as http, http.delete(
+                f"{server.http_url}/v1/sources/{doomed}", headers={"Authorization": f"Bearer {TOKEN}"}) as response:
+            assert response.status == 204
+        started = time.monotonic()
+        return await session, time.monotonic() - started
+
+    result, took = asyncio.run(scenario())
+    assert result.closed_by_server and took < 5.0, took
+    assert [json.loads(e)["code"] for e in result.events if '"error"' in e] == ["source_deleted"], result.events
+
+
+def test_twenty_sessions_opened_and_closed_leave_memory_flat(server, clip, source_id):
+    import psutil
+
+    process = psutil.Process()
+    rtc = server.app.state.webrtc
+
+    async def sessions(count: int) -> list[int]:
+        return [(await publish(server.http_url, f"source_id={source_id}", TOKEN, clip, seconds=0.4)).status
+                for _ in range(count)]
+
+    assert asyncio.run(sessions(5)) == [201] * 5  # warm-up: codecs, pools
+    time.sleep(1.0)
+    before = (process.memory_info().rss, process.num_threads(), process.num_fds())
+    assert asyncio.run(sessions(20)) == [201] * 20
+    deadline = time.monotonic() + 10
+    while (rtc.sessions or server.hub.active_streams) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    after = (process.memory_info().rss, process.num_threads(), process.num_fds())
+    assert not rtc.sessions and server.hub.active_streams == 0
+    assert after[0] - before[0] < 40 * 2**20, (before, after)  # RSS within 40 MB over 20 sessions
+    assert after[1] <= before[1] + 4 and after[2] <= before[2] + 8, (before, after)

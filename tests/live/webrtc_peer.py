@@ -12,7 +12,13 @@ from typing import Any
 
 import aiohttp
 import numpy as np
-from aiortc import RTCPeerConnection, RTCRtpSender, RTCSessionDescription, VideoStreamTrack
+from aiortc import (
+    AudioStreamTrack,
+    RTCPeerConnection,
+    RTCRtpSender,
+    RTCSessionDescription,
+    VideoStreamTrack,
+)
 from av import VideoFrame
 
 BLOCK = 16
@@ -65,11 +71,13 @@ class Published:
     order: list[int] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
     deleted: int | None = None
+    closed_by_server: bool = False
+    audio_frames: int = 0
 
 
 async def publish(base: str, query: str, token: str | None, frames: list[np.ndarray], *, codec: str = "video/H264",
                   seconds: float = 3.0, sendrecv: bool = True, delete: bool = True, fps: int = 15,
-                  on_location: Any = None) -> Published:
+                  on_location: Any = None, audio: bool = False) -> Published:
     """POST a WHIP offer with one sendrecv video transceiver (or sendonly + recvonly), play for
     ``seconds``, collect what comes back, then DELETE."""
     pc = RTCPeerConnection()
@@ -81,6 +89,8 @@ async def publish(base: str, query: str, token: str | None, frames: list[np.ndar
     for transceiver in transceivers:
         caps = RTCRtpSender.getCapabilities("video").codecs
         transceiver.setCodecPreferences([c for c in caps if c.mimeType == codec])
+    if audio:
+        pc.addTransceiver(AudioStreamTrack(), direction="sendrecv")
     channel = pc.createDataChannel("events")
     result = Published(0)
     channel.on("message", lambda message: result.events.append(message))
@@ -96,7 +106,13 @@ async def publish(base: str, query: str, token: str | None, frames: list[np.ndar
                     result.received[seq] = frame
                     result.order.append(seq)
 
-    pc.on("track", lambda track: readers.append(asyncio.create_task(read(track))) if track.kind == "video" else None)
+    async def listen(track: Any) -> None:
+        with contextlib.suppress(Exception):
+            while True:
+                await track.recv()
+                result.audio_frames += 1
+
+    pc.on("track", lambda track: readers.append(asyncio.create_task(read(track) if track.kind == "video" else listen(track))))
     await pc.setLocalDescription(await pc.createOffer())
     headers = {"Content-Type": "application/sdp", **({"Authorization": f"Bearer {token}"} if token else {})}
     async with aiohttp.ClientSession() as http:
@@ -110,10 +126,13 @@ async def publish(base: str, query: str, token: str | None, frames: list[np.ndar
             await pc.setRemoteDescription(RTCSessionDescription(await response.text(), "answer"))
             if on_location is not None:
                 on_location(result.location)
-        await asyncio.sleep(seconds)
-        if delete:
+        ends = time.monotonic() + seconds
+        while time.monotonic() < ends and pc.connectionState not in ("closed", "failed"):
+            await asyncio.sleep(0.1)
+        if delete and pc.connectionState not in ("closed", "failed"):
             async with http.delete(f"{base}{result.location}", headers=headers) as response:
                 result.deleted = response.status
+    result.closed_by_server = pc.connectionState in ("closed", "failed")
     for reader in readers:
         reader.cancel()
     await pc.close()

@@ -18,12 +18,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 import requests
 
 from fusion_ray.cli.serve import STOP_MARGIN_S
 from fusion_ray.serve.metrics import parse_exposition
+from tests.live.webrtc_peer import Published, publish
 from tests.procs import free_port, kill_9_leaves, kill_all, left_after
 
 pytestmark = pytest.mark.ray
@@ -53,8 +55,10 @@ def _descendants(pid: int) -> list[psutil.Process]:
 
 def test_sigterm_stops_serve_cleanly_from_any_folder(tmp_path, models_config, images_dir):
     """No --config, started in an empty folder (the packaged default config). SIGTERM ends an open
-    live stream with an error event and close 1001 (going away), then shuts Serve and the local
-    Ray down: exit 0, no traceback, every Ray process gone within 15 s of the signal."""
+    live stream with an error event and close 1001 (going away), and an open WebRTC session (held
+    in the fused replica) with the same event on its data channel and its connection closed, then
+    shuts Serve and the local Ray down: exit 0, no traceback, every Ray process gone within 15 s
+    of the signal."""
     port = free_port()
     models = [a for name, path in models_config.paths.items() for a in ("--model", f"{name}={path}")]
     env = {**os.environ, "FUSION_RAY_API_TOKEN": "", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -68,8 +72,17 @@ def test_sigterm_stops_serve_cleanly_from_any_folder(tmp_path, models_config, im
         ray_processes = _descendants(proc.pid)
         assert ray_processes, "the local Ray's processes should be children of the command"
         signalled: list[float] = []
-        events, close_code = asyncio.run(_stream_until_closed(f"ws://127.0.0.1:{port}/v1/stream", source,
-                                                              lambda: _sigterm(proc, signalled)))
+        frames = [np.full((360, 640, 3), 90, np.uint8)]
+
+        async def both() -> tuple[tuple[list[dict], int | None], Published]:
+            answered: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            rtc = asyncio.create_task(publish(url, f"source_id={source}", None, frames, seconds=60, delete=False,
+                                              on_location=answered.set_result))
+            await asyncio.wait_for(answered, 60)
+            ws = await _stream_until_closed(f"ws://127.0.0.1:{port}/v1/stream", source, lambda: _sigterm(proc, signalled))
+            return ws, await rtc
+
+        (events, close_code), session = asyncio.run(both())
         _, stderr = proc.communicate(timeout=60)
         left = left_after(ray_processes, max(0.0, 15.0 - (time.monotonic() - signalled[0])))
     finally:
@@ -77,6 +90,8 @@ def test_sigterm_stops_serve_cleanly_from_any_folder(tmp_path, models_config, im
             proc.kill()
     assert events and events[-1]["type"] == "error" and events[-1]["code"] == "shutting_down", (close_code, stderr[-3000:])
     assert close_code == 1001
+    assert session.status == 201 and session.closed_by_server, session
+    assert [json.loads(e)["code"] for e in session.events if '"error"' in e] == ["shutting_down"], session.events
     assert proc.returncode == 0, stderr
     assert "Traceback" not in stderr and "stopping" in stderr, stderr
     assert not left, left
