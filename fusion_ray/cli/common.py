@@ -97,7 +97,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         data["models"]["precision"] = {**data["models"]["precision"], **parse_precision(args.precision)}
     if not data["models"]["calibration_seed"]:
         data["models"]["calibration_seed"] = calibration_inputs(args)
-    if args.detector_size:
+    if args.detector_size is not None:  # 0 too: refused by the config, never the default
         data["detector"]["size"] = args.detector_size
     if getattr(args, "tracking", None) is False:
         data["tracking"]["enabled"] = False
