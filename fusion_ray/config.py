@@ -13,7 +13,7 @@ from fusion_ray.errors import ConfigError
 
 
 class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # nan is no setting
 
 
 Precision = Literal["auto", "fp32", "fp16", "int8"]

@@ -9,6 +9,7 @@ from typing import Any
 from fusion_ray.cli.quality_options import add_quality_arguments, apply_quality_arguments
 from fusion_ray.config import EngineConfig, load_yaml_config, parse_config
 from fusion_ray.errors import ConfigError
+from fusion_ray.facefusion_options import check_options_used
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,8 +104,10 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         data["tracking"]["enabled"] = False
     if args.swapper == "classic" and getattr(args, "face_swapper_model", None):
         raise ConfigError(f"--swapper classic and --face-swapper-model {args.face_swapper_model}: choose one")
-    apply_quality_arguments(args, data)
-    return parse_config(data, EngineConfig, source="options")
+    given = apply_quality_arguments(args, data)
+    cfg = parse_config(data, EngineConfig, source="options")
+    check_options_used(given, cfg, enhanced=cfg.enhance.enabled)  # the service's rule: never accepted and ignored
+    return cfg
 
 
 def connect_ray(address: str | None) -> None:
