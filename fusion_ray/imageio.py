@@ -138,6 +138,9 @@ def decode_image(data: bytes, name: str = "image", max_pixels: int = DEFAULT_MAX
     The size is checked from the header (:func:`check_header`) before any pixel is decoded.
     """
     header = check_header(data, name, max_pixels)
+    if header.frames > 1:  # a source, a reference, a detect input: never its first frame silently
+        raise InputError(f"{name} is an animated {header.format.upper()} of {header.frames} frames; one picture is "
+                         "needed here (a still image)")
     buffer = np.frombuffer(data, np.uint8)
     try:
         image = cv2.imdecode(buffer, cv2.IMREAD_UNCHANGED)
