@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,22 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     cfg = parse_config(data, EngineConfig, source="options")
     check_options_used(given, cfg, enhanced=cfg.enhance.enabled)  # the service's rule: never accepted and ignored
     return cfg
+
+
+def check_stream_output(output: Path | None, inputs: Sequence[tuple[str, Path]]) -> None:
+    """``live --output``, refused before any work as ``swap`` refuses a video output: a suffix
+    other than .mp4, .m4v or .mov (OpenCV's writer failed on ``x.txt`` after the stream), the
+    same file as an input (``--input same.mp4 --output same.mp4`` overwrote its input), a
+    folder that is missing or takes no new file (nothing was written, and success was printed).
+    An existing output is overwritten, as ``live`` always did (it has no --force)."""
+    from fusion_ray.fsutil import check_not_an_input, check_writable_dir
+    from fusion_ray.video.join import check_video_output
+
+    if output is None:
+        return
+    check_video_output(output)
+    check_not_an_input(output, inputs)
+    check_writable_dir(output.parent)
 
 
 def connect_ray(address: str | None) -> None:
