@@ -15,8 +15,8 @@ import numpy as np
 from PIL import Image, PngImagePlugin
 
 from fusion_ray.errors import InputError
-from fusion_ray.imageheader import ImageHeader
-from fusion_ray.imageio import LoadedImage, to_bgr_uint8
+from fusion_ray.imageheader import ImageHeader, ImageTooLargeError
+from fusion_ray.imageio import LoadedImage, check_frames_size, to_bgr_uint8
 from fusion_ray.types import Frame
 
 ANIMATED_SUFFIXES = {".gif": "GIF", ".webp": "WEBP", ".png": "PNG", ".apng": "PNG"}
@@ -59,20 +59,29 @@ def animation_changes(animation: Animation, suffix: str) -> list[str]:
 
 def read_animation(data: bytes, header: ImageHeader, name: str, max_pixels: int) -> Animation:
     """Every frame of an animated image; InputError when they are more pixels than ``max_pixels``
-    together (the cap of a still image, over the whole animation) or cannot be decoded."""
-    total = header.pixels * header.frames
-    if total > max_pixels:
-        raise InputError(f"{name} has {header.frames} frames of {header.width}x{header.height} = {total} pixels, "
-                         f"over the limit of {max_pixels} pixels")
+    together (the cap of a still image, over the whole animation; each frame's canvas checked
+    before it is decoded, as a GIF frame may grow it) or cannot be decoded. A frame's duration
+    is the file's (0 ms stays 0: viewers apply their own minimum, as they did to the input);
+    a frame without one gets :data:`DEFAULT_DURATION_MS`."""
+    check_frames_size(header, name, max_pixels)
     planes: list[np.ndarray] = []
     durations = []
     try:
         with Image.open(io.BytesIO(data)) as image:
             loop = image.info.get("loop")
             for index in range(header.frames):
-                image.seek(index)
+                image.seek(index)  # reads the frame's header; the canvas may grow, nothing is decoded yet
+                canvas = image.size[0] * image.size[1]
+                if canvas * header.frames > max_pixels:
+                    raise ImageTooLargeError(
+                        f"{name}: frame {index} makes a canvas of {image.size[0]}x{image.size[1]}; "
+                        f"{header.frames} frames of it are over the limit of {max_pixels} pixels")
                 planes.append(np.asarray(image.convert("RGBA"))[..., [2, 1, 0, 3]])  # BGRA, as composed
-                durations.append(int(image.info.get("duration") or DEFAULT_DURATION_MS))  # WebP: set on load
+                duration = image.info.get("duration")  # WebP: set on load
+                durations.append(DEFAULT_DURATION_MS if duration is None else max(0, int(duration)))
+    except Image.DecompressionBombError as exc:
+        raise ImageTooLargeError(f"{name}: frame {len(planes)} of {header.frames} is too large to decode: "
+                                 f"{exc}") from exc
     except (OSError, ValueError, EOFError, SyntaxError) as exc:
         raise InputError(f"{name}: cannot read frame {len(planes)} of {header.frames}: {exc}") from exc
     keep_alpha = any(int(plane[..., 3].min()) < 255 for plane in planes)  # one layout for every frame

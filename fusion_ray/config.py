@@ -13,7 +13,7 @@ from fusion_ray.errors import ConfigError
 
 
 class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # nan is no setting
 
 
 Precision = Literal["auto", "fp32", "fp16", "int8"]
@@ -77,10 +77,15 @@ class ModelsConfig(_Config):
         return self
 
 
+MAX_DETECTOR_SIZE = 4096
+"""Largest detector input side: a 4096 x 4096 canvas is 200 MB of float32 (320000 asked for 1.2 TB)."""
+
+
 class DetectorConfig(_Config):
     """SCRFD detection settings."""
 
-    size: int = Field(default=640, ge=64, description="Longest side of the detector input, a multiple of 32.")
+    size: int = Field(default=640, ge=64, le=MAX_DETECTOR_SIZE,
+                      description="Longest side of the detector input, a multiple of 32 (64 to 4096).")
     canvas: Literal["fit", "square"] = Field(
         default="fit", description="'fit' pads the frame only to the next multiple of 32 keeping its aspect "
         "(dynamic-size exports); 'square' uses a size x size canvas. Fixed-size exports always use their size.")

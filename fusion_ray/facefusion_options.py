@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fusion_ray.config import EngineConfig, MaskArea, MaskRegion, MaskType, parse_config
+from fusion_ray.core.layout import source_crop_layout
 from fusion_ray.errors import ConfigError
 from fusion_ray.models.registry import chosen_spec
 
@@ -88,9 +89,61 @@ def apply_facefusion_options(values: Mapping[str, Any], data: dict[str, Any]) ->
         value = values.get(option)
         if value is None:
             continue
+        if option in NUMBER_OPTIONS:
+            try:
+                refuse_boolean(value)
+            except ValueError as exc:
+                raise ConfigError(f"{option}: {exc}") from None
         fields = {_PLAIN[option]: value} if option in _PLAIN else _converted(option, value)
         for (section, key), field_value in fields.items():
             data[section][key] = field_value
+
+
+NUMBER_OPTIONS = ("face_mask_blur", "face_mask_padding", "face_landmarker_score", "face_swapper_pixel_boost",
+                  "face_swapper_weight", "face_enhancer_blend", "face_enhancer_weight")
+"""Options whose values are numbers: a boolean is never one of them (JSON's true is not 1)."""
+DEFAULT_WEIGHT = 0.5
+"""FaceFusion's default swapper and enhancer weight: asking for it asks for what runs anyway."""
+
+
+def refuse_boolean(value: Any) -> Any:
+    """``value`` unless it is a boolean or holds one (ValueError: a number was expected)."""
+    if isinstance(value, bool) or (isinstance(value, list | tuple) and any(isinstance(v, bool) for v in value)):
+        raise ValueError(f"expected a number, got {value!r}")
+    return value
+
+
+def unused_options(given: Mapping[str, Any], cfg: EngineConfig, *, enhanced: bool) -> list[str]:
+    """Why each option of ``given`` would be accepted and never used by ``cfg`` (the config the
+    options made; ``enhanced``: whether the swapped faces are enhanced): one rule for the command
+    line, job manifests, ``POST /v1/swap`` and the live start message. A weight of FaceFusion's
+    default (0.5) asks for what runs anyway and is not refused."""
+    types = cfg.masks.types
+    reasons = [f"{option} is for the {mask} mask; face_mask_types is {' '.join(types)}"
+               for option, mask in (("face_occluder_model", "occlusion"), ("face_parser_model", "region"),
+                                    ("face_mask_regions", "region"), ("face_mask_areas", "area"))
+               if given.get(option) is not None and mask not in types]
+    if given.get("face_swapper_weight") not in (None, DEFAULT_WEIGHT) and source_crop_layout(cfg) is not None:
+        runs = "the classic swapper" if cfg.swap.swapper == "classic" else \
+            f"{cfg.models.swapper}, which is given the source as an image"
+        reasons.append(f"face_swapper_weight balances the source embedding against the target's; the swap runs {runs}")
+    if given.get("face_landmarker_score") is not None and cfg.landmarker.model == "none":
+        reasons.append("face_landmarker_score picks the 68-point landmarker's points over the detector's; "
+                       "it runs face_landmarker_model 'none'")
+    if given.get("face_enhancer_weight") not in (None, DEFAULT_WEIGHT):
+        if not enhanced:
+            reasons.append("face_enhancer_weight is the enhancer's; the faces are not enhanced")
+        elif not chosen_spec(cfg.models.enhancer, "enhancer", "face_enhancer_model").weight_input:
+            reasons.append(f"face_enhancer_weight is for enhancers with a weight input (codeformer); "
+                           f"{cfg.models.enhancer} has none")
+    return reasons
+
+
+def check_options_used(given: Mapping[str, Any], cfg: EngineConfig, *, enhanced: bool) -> None:
+    """ConfigError naming every option of ``given`` that ``cfg`` would not use (:func:`unused_options`)."""
+    reasons = unused_options(given, cfg, enhanced=enhanced)
+    if reasons:
+        raise ConfigError(f"option(s) that would be unused: {'; '.join(reasons)}")
 
 
 def _words(value: Any) -> Any:
@@ -108,7 +161,7 @@ class FaceFusionOptions(BaseModel):
     None: the service's own setting). The models are the service's, loaded at its start: a
     request may name them only as the service runs them."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     face_mask_types: tuple[MaskType, ...] | None = Field(
         default=None, min_length=1, description="Masks a face is pasted through, combined by minimum: box, occlusion, "
@@ -152,6 +205,11 @@ class FaceFusionOptions(BaseModel):
     @classmethod
     def _split(cls, value: Any) -> Any:
         return _words(value)
+
+    @field_validator(*NUMBER_OPTIONS, mode="before")
+    @classmethod
+    def _not_boolean(cls, value: Any) -> Any:
+        return refuse_boolean(value)
 
     @field_validator("face_mask_padding")
     @classmethod

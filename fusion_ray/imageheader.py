@@ -93,6 +93,37 @@ def exif_orientation(image: Image.Image) -> int:
     return value if isinstance(value, int) and 1 <= value <= 8 else 1
 
 
+def gif_canvas(data: bytes) -> tuple[int, int] | None:
+    """The canvas a GIF decodes to: its screen, grown to hold every frame (Pillow grows it for a
+    frame that reaches past the screen), read from the blocks without decoding a pixel. None
+    when ``data`` is not a GIF; a truncated stream gives the canvas of the frames it holds."""
+    if data[:6] not in (b"GIF87a", b"GIF89a") or len(data) < 13:
+        return None
+    width, height = int.from_bytes(data[6:8], "little"), int.from_bytes(data[8:10], "little")
+    pos = 13 + (3 << ((data[10] & 7) + 1) if data[10] & 0x80 else 0)
+    while pos < len(data):
+        block = data[pos]
+        if block == 0x21:  # an extension: label, then sub-blocks
+            pos = _skip_sub_blocks(data, pos + 2)
+        elif block == 0x2C:  # an image: left, top, width, height, flags, [colour table], LZW size, data
+            if pos + 10 > len(data):
+                break
+            left, top, w, h = (int.from_bytes(data[pos + i:pos + i + 2], "little") for i in (1, 3, 5, 7))
+            width, height = max(width, left + w), max(height, top + h)
+            flags = data[pos + 9]
+            pos = _skip_sub_blocks(data, pos + 10 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0) + 1)
+        else:  # the trailer (0x3B) or bytes no decoder reads further
+            break
+    return width, height
+
+
+def _skip_sub_blocks(data: bytes, pos: int) -> int:
+    """The position after the sub-blocks starting at ``pos`` (each a size byte, then that many bytes)."""
+    while pos < len(data) and data[pos]:
+        pos += data[pos] + 1
+    return pos + 1
+
+
 def read_image_header(data: bytes, name: str = "image") -> ImageHeader:
     """Format and dimensions from the header only; typed errors for other data."""
     if not data:

@@ -6,6 +6,7 @@ write when the output format supports it.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import struct
 import zlib
@@ -24,6 +25,7 @@ from fusion_ray.imageheader import (
     ImageTooLargeError,
     UnsupportedImageError,
     check_image_header,
+    gif_canvas,
     header_of,
 )
 from fusion_ray.types import Frame
@@ -89,7 +91,9 @@ def _other_format_header(data: bytes, name: str) -> ImageHeader | None:
             continue
         width, height = image.size
         if width > 0 and height > 0:
-            return header_of(fmt.lower(), image)
+            header = header_of(fmt.lower(), image)
+            canvas = gif_canvas(data) if fmt == "GIF" else None
+            return header if canvas is None else dataclasses.replace(header, width=canvas[0], height=canvas[1])
     return None
 
 
@@ -103,14 +107,28 @@ def check_header(data: bytes, name: str = "image", max_pixels: int = DEFAULT_MAX
     if not data:
         raise InputError(f"{name} is empty")
     try:
-        return check_image_header(data, name, max_pixels)
+        return check_frames_size(check_image_header(data, name, max_pixels), name, max_pixels)
     except UnsupportedImageError:
+        canvas = gif_canvas(data)  # before Pillow reads a frame: its own bomb guard would refuse it unnamed
+        if canvas is not None and canvas[0] * canvas[1] > max_pixels:
+            raise ImageTooLargeError(f"{name} is a GIF whose frames make a canvas of {canvas[0]}x{canvas[1]} = "
+                                     f"{canvas[0] * canvas[1]} pixels, over the limit of {max_pixels} pixels") from None
         header = _other_format_header(data, name)
     if header is None:
         raise InputError(f"{name} is not an image (or not a format this build can read)")
     if header.pixels > max_pixels:
         raise ImageTooLargeError(f"{name} is {header.width}x{header.height} = {header.pixels} pixels, "
                                  f"over the limit of {max_pixels} pixels")
+    return check_frames_size(header, name, max_pixels)
+
+
+def check_frames_size(header: ImageHeader, name: str, max_pixels: int) -> ImageHeader:
+    """``header`` when its frames together (each the canvas decoded) are at most ``max_pixels``:
+    an animation is refused from its header, before any model loads or frame decodes."""
+    total = header.pixels * header.frames
+    if header.frames > 1 and total > max_pixels:
+        raise ImageTooLargeError(f"{name} has {header.frames} frames of {header.width}x{header.height} = {total} "
+                                 f"pixels, over the limit of {max_pixels} pixels")
     return header
 
 
@@ -120,6 +138,9 @@ def decode_image(data: bytes, name: str = "image", max_pixels: int = DEFAULT_MAX
     The size is checked from the header (:func:`check_header`) before any pixel is decoded.
     """
     header = check_header(data, name, max_pixels)
+    if header.frames > 1:  # a source, a reference, a detect input: never its first frame silently
+        raise InputError(f"{name} is an animated {header.format.upper()} of {header.frames} frames; one picture is "
+                         "needed here (a still image)")
     buffer = np.frombuffer(data, np.uint8)
     try:
         image = cv2.imdecode(buffer, cv2.IMREAD_UNCHANGED)

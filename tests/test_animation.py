@@ -1,6 +1,7 @@
 """Animated GIF, WebP and APNG: every frame read with its duration and the loop count, and
 written back the same; an output that holds one frame is refused before any work."""
 
+import dataclasses
 import io
 
 import numpy as np
@@ -54,3 +55,30 @@ def test_a_still_image_has_one_frame():
     buffer = io.BytesIO()
     Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(buffer, "GIF")
     assert check_header(buffer.getvalue()).frames == 1
+
+
+def test_a_gif_whose_later_frames_grow_its_canvas_is_refused_from_its_header():
+    """A 16x16 screen whose frames after the first are 9000x9000 (166 KB): the cap applies to the
+    canvas Pillow decodes, before any frame is decoded (it peaked at 3.9 GB and was written)."""
+    from tests.bombs import gif_bomb
+
+    with pytest.raises(InputError, match="4 frames of 9000x9000"):
+        check_header(gif_bomb(4), "bomb.gif")
+
+
+def test_a_frame_growing_the_canvas_past_the_header_is_refused_before_it_is_decoded():
+    """read_animation checks each frame's canvas as it is reached, whatever header it was given."""
+    from tests.bombs import gif_bomb, small_gif
+
+    header = dataclasses.replace(check_header(small_gif(frames=4)), width=16, height=16)
+    with pytest.raises(InputError, match="frame 1 makes a canvas of 9000x9000"):
+        read_animation(gif_bomb(4), header, "bomb.gif", 100_000_000)
+
+
+def test_zero_durations_are_kept_and_missing_ones_are_100_ms():
+    """A frame of 0 ms stays 0 ms (viewers apply their own minimum, to the input as to the output)."""
+    from tests.bombs import small_gif
+
+    data = small_gif(frames=3, durations=(0, 50, 0))
+    animation = read_animation(data, check_header(data), "zero.gif", 100_000_000)
+    assert animation.durations_ms == (0, 50, 0)

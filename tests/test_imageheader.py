@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fusion_ray.imageheader import read_image_header
+from fusion_ray.imageheader import gif_canvas, read_image_header
 
 
 def _cv(ext: str, shape: tuple[int, ...], dtype: type) -> bytes:
@@ -42,3 +42,14 @@ def test_alpha_and_deep_samples_come_from_the_header(data, alpha, deep):
     header = read_image_header(data)
     assert (header.alpha, header.deep) == (alpha, deep)
     assert header.may_lose_in_8_bit == (alpha or deep)
+
+
+def test_a_gif_canvas_is_grown_by_its_later_frames():
+    """Pillow grows a GIF's canvas for a frame past its screen: the canvas is read from every
+    frame's descriptor, not only the screen (a 16x16 screen, then 9000x9000 frames)."""
+    from tests.bombs import gif_bomb, small_gif
+
+    assert gif_canvas(gif_bomb(4)) == (9000, 9000)
+    assert gif_canvas(small_gif(size=(24, 16))) == (24, 16)
+    assert gif_canvas(b"\x89PNG\r\n\x1a\n") is None
+    assert gif_canvas(gif_bomb(4)[:40]) == (16, 16)  # truncated: the frames it holds

@@ -16,6 +16,10 @@ from fusion_ray import __version__
 from fusion_ray.errors import FusionRayError, describe_error
 
 INTERNAL_ERROR_EXIT = 70
+INTERRUPTED_NOTE = ("outputs already written are complete (a job's are in fusion_ray_report.jsonl beside them), "
+                    "and an unfinished video keeps its finished segments in <output>.fusion_ray_parts; run the "
+                    "same command again to resume (finished outputs and segments are not done again)")
+"""What Ctrl-C or SIGTERM leaves behind, and how to go on."""
 
 
 class _VersionAction(argparse.Action):
@@ -79,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {describe_error(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(f"interrupted: {INTERRUPTED_NOTE}", file=sys.stderr)
         return 130
     except Exception as exc:  # the last line of defence: one line, no traceback unless -vv
         if args.verbose >= 2:

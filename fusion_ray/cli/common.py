@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from fusion_ray.cli.quality_options import add_quality_arguments, apply_quality_arguments
 from fusion_ray.config import EngineConfig, load_yaml_config, parse_config
 from fusion_ray.errors import ConfigError
+from fusion_ray.facefusion_options import check_options_used
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -97,14 +99,32 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         data["models"]["precision"] = {**data["models"]["precision"], **parse_precision(args.precision)}
     if not data["models"]["calibration_seed"]:
         data["models"]["calibration_seed"] = calibration_inputs(args)
-    if args.detector_size:
+    if args.detector_size is not None:  # 0 too: refused by the config, never the default
         data["detector"]["size"] = args.detector_size
     if getattr(args, "tracking", None) is False:
         data["tracking"]["enabled"] = False
     if args.swapper == "classic" and getattr(args, "face_swapper_model", None):
         raise ConfigError(f"--swapper classic and --face-swapper-model {args.face_swapper_model}: choose one")
-    apply_quality_arguments(args, data)
-    return parse_config(data, EngineConfig, source="options")
+    given = apply_quality_arguments(args, data)
+    cfg = parse_config(data, EngineConfig, source="options")
+    check_options_used(given, cfg, enhanced=cfg.enhance.enabled)  # the service's rule: never accepted and ignored
+    return cfg
+
+
+def check_stream_output(output: Path | None, inputs: Sequence[tuple[str, Path]]) -> None:
+    """``live --output``, refused before any work as ``swap`` refuses a video output: a suffix
+    other than .mp4, .m4v or .mov (OpenCV's writer failed on ``x.txt`` after the stream), the
+    same file as an input (``--input same.mp4 --output same.mp4`` overwrote its input), a
+    folder that is missing or takes no new file (nothing was written, and success was printed).
+    An existing output is overwritten, as ``live`` always did (it has no --force)."""
+    from fusion_ray.fsutil import check_not_an_input, check_writable_dir
+    from fusion_ray.video.join import check_video_output
+
+    if output is None:
+        return
+    check_video_output(output)
+    check_not_an_input(output, inputs)
+    check_writable_dir(output.parent)
 
 
 def connect_ray(address: str | None) -> None:

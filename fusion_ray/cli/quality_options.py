@@ -65,6 +65,8 @@ def add_quality_arguments(parser: argparse.ArgumentParser) -> None:
                        help="keep the target's own mouth over the swap (needs a face landmarker)")
 
 
-def apply_quality_arguments(args: argparse.Namespace, data: dict[str, Any]) -> None:
-    """Overlay the FaceFusion options that were given on ``data`` (an EngineConfig dump)."""
-    apply_facefusion_options({key: getattr(args, key, None) for key in FACEFUSION_OPTIONS}, data)
+def apply_quality_arguments(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:
+    """Overlay the FaceFusion options that were given on ``data`` (an EngineConfig dump); returns them."""
+    given = {key: value for key in FACEFUSION_OPTIONS if (value := getattr(args, key, None)) is not None}
+    apply_facefusion_options(given, data)
+    return given

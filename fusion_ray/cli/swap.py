@@ -11,7 +11,7 @@ from pathlib import Path
 from fusion_ray.cli.common import add_engine_arguments, engine_config_from_args
 from fusion_ray.cli.video import add_pipeline_arguments, run_video_swap
 from fusion_ray.config import EngineConfig
-from fusion_ray.errors import OutputExistsError
+from fusion_ray.errors import InputError, OutputExistsError
 from fusion_ray.fsutil import check_input_file, check_not_an_input, check_writable_dir
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,19 @@ def _check_images(paths: list[Path]) -> None:
         check_image_file(path)
 
 
+def _check_target_image(path: Path) -> None:
+    """A target that is not a video (no picture stream: an audio-only .m4a too) must be an image."""
+    from fusion_ray.imageheader import ImageTooLargeError
+    from fusion_ray.imageio import check_image_file
+
+    try:
+        check_image_file(path)
+    except ImageTooLargeError:
+        raise
+    except InputError as exc:
+        raise InputError(f"--target {exc}; nor is it a video with a picture stream") from exc
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = engine_config_from_args(args)
     check_input_file(args.target, "--target")  # a folder, a pipe, a link loop or an empty file, named
@@ -78,8 +91,9 @@ def run(args: argparse.Namespace) -> int:
     from fusion_ray.image import swap_image_files
     from fusion_ray.imageio import check_image_file, check_writable_image_path
 
-    check_writable_image_path(args.output, args.force)
+    _check_target_image(args.target)  # what the target is, before what the output can hold
     _check_images([path for _, path in inputs])
+    check_writable_image_path(args.output, args.force)
     check_animated_output(check_image_file(args.target), args.output.suffix, str(args.target))  # before the models
     engine = Engine.load(cfg, cpu_budget=float(os.cpu_count() or 1))
     result = swap_image_files(engine, args.source, args.target, args.output, force=args.force)

@@ -66,7 +66,7 @@ def print_summary(report, wall_s: float, report_path: Path | None, *,  # type: i
     for item in report.items:
         if item.status == "failed":
             if list_failures:
-                print(f"FAILED {item.target}: {item.error}", file=sys.stderr)
+                print(f"FAILED {item.target} -> {item.output}: {item.error}", file=sys.stderr)  # one target, many rows
         elif item.frames_failed:
             print(f"note: {item.target}: {item.error or f'{item.frames_failed} frame(s) failed'}", file=sys.stderr)
         if item.status != "failed":

@@ -17,7 +17,7 @@ from fusion_ray.core.modelset import required_components
 from fusion_ray.core.sources import SourceStore
 from fusion_ray.engine import Engine
 from fusion_ray.errors import ConfigError
-from fusion_ray.facefusion_options import check_served, configured
+from fusion_ray.facefusion_options import check_options_used, check_served, configured
 from fusion_ray.image import load_reference
 from fusion_ray.live.backend import FramePlan, Processed, SourceStatus, StreamRefused, token_matches
 from fusion_ray.live.config import LiveConfig
@@ -73,7 +73,9 @@ class EngineBackend:
             raise StreamRefused(CLOSE_UNSUPPORTED, "enhance_unavailable", "this server has no enhancer")
         try:
             check_served(start.facefusion, self.engine.cfg)
-            needed = required_components(configured(self.engine.cfg, start.facefusion))
+            resulting = configured(self.engine.cfg, start.facefusion)
+            check_options_used(start.facefusion.given(), resulting, enhanced=start.wants_enhancer)
+            needed = required_components(resulting)
         except ConfigError as exc:
             raise StreamRefused(CLOSE_UNSUPPORTED, "invalid_option", str(exc)) from exc
         models = self.engine.models

@@ -29,10 +29,10 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import pydantic_core
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from fusion_ray.errors import InputError
-from fusion_ray.facefusion_options import FaceFusionOptions
+from fusion_ray.facefusion_options import FaceFusionOptions, refuse_boolean
 
 HEADER = struct.Struct(">Id")
 HEADER_SIZE = HEADER.size  # 12
@@ -84,6 +84,11 @@ class StartMessage(FaceFusionOptions):
     quality: int = Field(default=85, ge=1, le=100, description="JPEG quality of results.")
     deadline_ms: int | None = Field(default=None, ge=1, le=60_000,
                                     description="Per-frame deadline; None: the server's default.")
+
+    @field_validator("face_index", "quality", "deadline_ms", mode="before")
+    @classmethod
+    def _not_boolean_here(cls, value: Any) -> Any:
+        return refuse_boolean(value)
 
     @property
     def wants_enhancer(self) -> bool:

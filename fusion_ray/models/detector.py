@@ -60,7 +60,8 @@ def plan_input(frame_hw: tuple[int, int], cfg: DetectorConfig,
         scale = min(cfg.size / height, cfg.size / width)
     else:
         scale = cfg.size / max(height, width)
-        canvas = (32 * math.ceil(round(height * scale) / 32), 32 * math.ceil(round(width * scale) / 32))
+        # at least one 32-pixel row or column: a 3x20000 strip scales to under one pixel
+        canvas = (32 * max(1, math.ceil(round(height * scale) / 32)), 32 * max(1, math.ceil(round(width * scale) / 32)))
     resized = (max(1, min(canvas[0], round(height * scale))), max(1, min(canvas[1], round(width * scale))))
     return DetectorInput(canvas, resized, scale)
 

@@ -11,7 +11,11 @@ from pydantic import Field, model_validator
 
 from fusion_ray.config import EngineConfig, _Config, load_yaml_config, parse_config
 from fusion_ray.errors import ConfigError
-from fusion_ray.facefusion_options import FACEFUSION_OPTIONS, apply_facefusion_options
+from fusion_ray.facefusion_options import (
+    FACEFUSION_OPTIONS,
+    apply_facefusion_options,
+    check_options_used,
+)
 from fusion_ray.video.encode import EncodeOptions
 
 FUSED_POOL = "fused"
@@ -202,7 +206,9 @@ def with_overrides(cfg: JobConfig, options: str) -> JobConfig:
     facefusion = {key: overrides.pop(key) for key in list(overrides) if key in FACEFUSION_OPTIONS}
     engine = _deep_merge(cfg.engine.model_dump(), overrides)
     apply_facefusion_options(facefusion, engine)
-    return cfg.model_copy(update={"engine": parse_config(engine, EngineConfig, source="item options")})
+    parsed = parse_config(engine, EngineConfig, source="item options")
+    check_options_used({k: v for k, v in facefusion.items() if v is not None}, parsed, enhanced=parsed.enhance.enabled)
+    return cfg.model_copy(update={"engine": parsed})
 
 
 def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,11 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusion_ray.config import EngineConfig
-from fusion_ray.core.layout import source_crop_layout
 from fusion_ray.core.modelset import Component, mask_model_names, required_components
 from fusion_ray.core.steps import Chain, Phase
 from fusion_ray.errors import ConfigError
-from fusion_ray.facefusion_options import MODEL_MASKS, FaceFusionOptions, check_served, configured
+from fusion_ray.facefusion_options import (
+    MODEL_MASKS,
+    FaceFusionOptions,
+    check_options_used,
+    check_served,
+    configured,
+)
 from fusion_ray.serve.limits import ApiError
 from fusion_ray.serve.settings import LimitsSettings, ServeSettings
 
@@ -64,20 +69,15 @@ def _check_points(options: FaceFusionOptions, cfg: EngineConfig) -> None:
     if options.pixel_boost is not None and cfg.swap.swapper == "classic":
         raise ApiError(422, "invalid_option", "face_swapper_pixel_boost is for model swappers; this service runs "
                        "the classic swapper")
-    _check_unused(options, cfg)
 
 
-def _check_unused(options: FaceFusionOptions, cfg: EngineConfig) -> None:
-    """422 for an option the service's chain would accept and never use (FaceFusion ignores the
-    weight of a swapper given the source as an image silently; a request is told)."""
-    if options.face_swapper_weight not in (None, 0.5) and source_crop_layout(cfg) is not None:
-        runs = "the classic swapper" if cfg.swap.swapper == "classic" else \
-            f"{cfg.models.swapper}, which is given the source as an image"
-        raise ApiError(422, "invalid_option", "face_swapper_weight balances the source embedding against the "
-                       f"target's; this service runs {runs}: the weight would be unused")
-    if options.face_landmarker_score is not None and cfg.landmarker.model == "none":
-        raise ApiError(422, "invalid_option", "face_landmarker_score picks the 68-point landmarker's points over "
-                       "the detector's; this service runs face_landmarker_model 'none': the score would be unused")
+def _check_unused(options: FaceFusionOptions, cfg: EngineConfig, enhanced: bool) -> None:
+    """422 for an option the chain would accept and never use (FaceFusion ignores them silently;
+    a request is told): the rule of every surface, :func:`check_options_used`."""
+    try:
+        check_options_used(options.given(), cfg, enhanced=enhanced)
+    except ConfigError as exc:
+        raise ApiError(422, "invalid_option", str(exc)) from exc
 
 
 def request_quality(options: FaceFusionOptions, settings: ServeSettings, *, enhancer: bool,
@@ -99,6 +99,7 @@ def request_quality(options: FaceFusionOptions, settings: ServeSettings, *, enha
         resulting = configured(cfg, options)
     except ConfigError as exc:
         raise ApiError(422, "invalid_option", str(exc)) from exc
+    _check_unused(options, resulting, wants)
     models = quality_models(resulting)
     if not wants:
         return RequestQuality(options, None, models)

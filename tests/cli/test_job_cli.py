@@ -42,7 +42,7 @@ def test_a_manifest_in_a_bucket_is_read_with_the_aws_environment(tmp_path, s3_se
                            "--output-root", str(tmp_path), "--providers", "cpu", "--no-progress-bars"],
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.stdout.split() == ["1", "False"], proc.stderr
-    assert f"FAILED s3://{s3_bucket}/jobs/gone.mp4: s3://{s3_bucket}/jobs/gone.mp4: no such file or object" \
+    assert f"FAILED s3://{s3_bucket}/jobs/gone.mp4 -> {tmp_path / 'gone.mp4'}: s3://{s3_bucket}/jobs/gone.mp4: no such file or object" \
         in proc.stderr.splitlines()
     wrong = {**env, "AWS_SECRET_ACCESS_KEY": "wrong"}
     proc = subprocess.run([sys.executable, "-c", RAY_STARTED, "job", "--manifest", f"s3://{s3_bucket}/jobs/m.csv",

@@ -33,7 +33,7 @@ def test_facefusion_options_on_swap_and_job(command: list[str]) -> None:
                 "--face-mask-regions", "skin", "nose", "--face-occluder-model", "xseg_2",
                 "--face-parser-model", "bisenet_resnet_18", "--face-landmarker-model", "dlib_68",
                 "--face-landmarker-score", "0.7", "--face-swapper-model", "inswapper_128_fp16",
-                "--face-swapper-weight", "0.25", "--face-enhancer-model", "gfpgan_1.4",
+                "--face-swapper-weight", "0.25", "--face-enhancer-model", "codeformer",
                 "--face-enhancer-blend", "60", "--face-enhancer-weight", "0.75", "--mouth-mask"])
     assert cfg.masks.types == ["box", "area", "occlusion", "region"] and cfg.swap.mask_blur == 0.5
     assert cfg.swap.mask_padding == (0.1, 0.2, 0.1, 0.2)
@@ -42,6 +42,24 @@ def test_facefusion_options_on_swap_and_job(command: list[str]) -> None:
     assert (cfg.landmarker.model, cfg.landmarker.score) == ("dlib_68", 0.7)
     assert cfg.models.swapper == "inswapper_128_fp16" and cfg.swap.weight == 0.25
     assert cfg.enhance.enabled and cfg.enhance.blend == 0.6 and cfg.enhance.weight == 0.75 and cfg.masks.mouth_mask
+    assert cfg.models.enhancer == "codeformer"
+
+
+@pytest.mark.parametrize(("options", "words"), [
+    (["--face-occluder-model", "xseg_2"], "face_occluder_model is for the occlusion mask"),
+    (["--face-parser-model", "bisenet_resnet_18"], "face_parser_model is for the region mask"),
+    (["--face-mask-regions", "skin"], "face_mask_regions is for the region mask"),
+    (["--face-mask-areas", "mouth"], "face_mask_areas is for the area mask"),
+    (["--face-enhancer-weight", "0.9"], "the faces are not enhanced"),
+    (["--face-enhancer-weight", "0.9", "--enhance"], "gfpgan_1.4 has none"),
+    (["--swapper", "classic", "--face-swapper-weight", "0.8"], "runs the classic swapper"),
+    (["--face-landmarker-score", "0.7"], "face_landmarker_model 'none'"),
+])
+def test_options_that_would_be_unused_are_refused(options: list[str], words: str) -> None:
+    """The service's rule (422 invalid_option) on the command line: never accepted and ignored."""
+    with pytest.raises(ConfigError, match="unused") as err:
+        _cfg([*SWAP, *options])
+    assert words in str(err.value)
 
 
 def test_old_aliases_still_work() -> None:

@@ -24,6 +24,8 @@ from fusion_ray.models.session import create_session
     ((1137, 910), DetectorConfig(), (None, None), (640, 512), 640 / 1137),
     ((100, 100), DetectorConfig(size=320), (None, None), (320, 320), 3.2),
     ((360, 640), DetectorConfig(), (640, 640), (640, 640), 1.0),
+    ((3, 20000), DetectorConfig(), (None, None), (32, 640), 640 / 20000),  # under one pixel: one 32 row
+    ((20000, 3), DetectorConfig(), (None, None), (640, 32), 640 / 20000),
 ])
 def test_plan_input(frame_hw, cfg, model_hw, canvas, scale):
     plan = plan_input(frame_hw, cfg, model_hw)
@@ -133,6 +135,13 @@ def test_real_detector_square_canvas_agrees_with_fit(scrfd_path, images_dir):
 
 def test_real_detector_no_face_is_empty(detector):
     assert detector.detect(np.full((360, 640, 3), 127, np.uint8)) == []
+
+
+@pytest.mark.parametrize("hw", [(3, 20000), (20000, 3), (1, 1), (1, 5000)])
+def test_real_detector_takes_extreme_aspect_ratios(detector, hw):
+    """A strip that scales to under one detector pixel is placed on a 32-pixel canvas (it crashed
+    in OpenCV's copyMakeBorder)."""
+    assert detector.detect(np.full((*hw, 3), 127, np.uint8)) == []
 
 
 def test_detector_is_not_picklable(detector):

@@ -74,7 +74,10 @@ def test_a_model_other_than_the_services_is_422_naming_the_one_it_runs(option, v
         ask({option: value})
     assert (err.value.status, err.value.code) == (422, "model_not_served")
     assert err.value.detail.startswith(f"{option} {value!r}") and f"this service runs {served}" in err.value.detail
-    ask({option: served.strip("'")})  # naming the service's own model is fine
+    masks = {"face_occluder_model": "occlusion", "face_parser_model": "region"}  # a mask model needs its mask
+    service = settings(engine={"masks": {"types": ["box", masks[option]]}},
+                       limits={"mask_models_allowed": [masks[option]]}) if option in masks else None
+    ask({option: served.strip("'")}, service)  # naming the service's own model is fine
 
 
 def test_options_the_service_cannot_run_are_422():
@@ -110,6 +113,22 @@ def test_an_option_the_service_would_not_use_is_422_naming_why(engine, options, 
         ask(options, service)
     assert err.value.code == "invalid_option" and words in err.value.detail and "unused" in err.value.detail
     ask({"face_swapper_weight": 0.5}, service)  # FaceFusion's default changes nothing: accepted
+
+
+@pytest.mark.parametrize(("options", "words"), [
+    ({"face_occluder_model": "xseg_1"}, "face_occluder_model is for the occlusion mask"),
+    ({"face_parser_model": "bisenet_resnet_34"}, "face_parser_model is for the region mask"),
+    ({"face_mask_regions": "skin"}, "face_mask_regions is for the region mask"),
+    ({"face_mask_areas": "mouth"}, "face_mask_areas is for the area mask"),
+    ({"face_enhancer_weight": 0.9}, "the faces are not enhanced"),
+    ({"face_enhancer_weight": 0.9, "face_enhancer_blend": 50}, "gfpgan_1.4 has none"),
+])
+def test_an_option_for_a_step_that_does_not_run_is_422(options, words):
+    """The service answered these with the plain request's bytes; the rule is every surface's
+    (fusion_ray.facefusion_options.unused_options)."""
+    with pytest.raises(ApiError) as err:
+        ask(options)
+    assert (err.value.status, err.value.code) == (422, "invalid_option") and words in err.value.detail
 
 
 def test_the_weight_and_the_score_are_taken_where_they_are_used():
