@@ -83,3 +83,40 @@ class RateLimiter:
             self.tokens -= 1.0
             return True
         return False
+
+
+class ArrivalDelay:
+    """How much later than the stream's quickest frame a frame arrived, from the client's own
+    timestamps: ``arrival - client_ts`` less its minimum over the last ``window_s`` (the client's
+    clock is never compared with ours, only its differences are used). A frame that queued on the
+    way in (a busy proxy, a congested link) has that much less of its deadline left, so a frame
+    is never sent later than ``deadline_ms`` after the client stamped it, plus the quickest
+    transit each way.
+
+    Corrections start once the stream is ``settle_s`` old, and only for a client whose timestamps
+    keep pace with our clock (none, constant, another unit: none): its elapsed time since its
+    first frame must be within 0.5x to 2x of ours.
+    """
+
+    def __init__(self, window_s: float = 10.0, settle_s: float = 1.0) -> None:
+        self.window_s = window_s
+        self.settle_s = settle_s
+        self._first: tuple[float, float] | None = None
+        self._minima: deque[tuple[float, float]] = deque()  # (arrival, sample), samples increasing
+
+    def excess_s(self, arrival: float, client_ts_ms: float) -> float:
+        client_s = client_ts_ms / 1000.0
+        if not math.isfinite(client_s) or client_s <= 0.0:
+            return 0.0
+        if self._first is None:
+            self._first = (arrival, client_s)
+        ours, theirs = arrival - self._first[0], client_s - self._first[1]
+        sample = arrival - client_s
+        while self._minima and self._minima[-1][1] >= sample:
+            self._minima.pop()
+        self._minima.append((arrival, sample))
+        while self._minima[0][0] < arrival - self.window_s:
+            self._minima.popleft()
+        if ours < self.settle_s or not 0.5 * ours <= theirs <= 2.0 * ours:
+            return 0.0
+        return max(0.0, sample - self._minima[0][1])

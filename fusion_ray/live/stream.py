@@ -6,8 +6,9 @@ encoding run in threads, processing is the injected :class:`FrameProcessor`):
 - *receive*: every binary message is checked cheaply, in order: header (``bad_frame``),
   a sequence number not above the last one received (``stale``; the client's doing, so the
   ladder does not count it), incoming rate (``overload``), bytes and header pixels (``too_large``) and format
-  (``bad_frame``), all before decoding; then it enters the latest-wins queue, whose replaced
-  frame is dropped as ``stale``;
+  (``bad_frame``), all before decoding; its deadline loses what it lost queueing on the way in
+  (:class:`~fusion_ray.live.stats.ArrivalDelay`); then it enters the latest-wins queue, whose
+  replaced frame is dropped as ``stale``;
 - *dispatch*: when the stream may run another frame and the replica's fair scheduler grants a
   slot, the oldest waiting frame is taken (``deadline`` if it already expired) and processed;
 - a processed frame is queued for sending only if it is within its deadline, newer than every
@@ -17,10 +18,9 @@ encoding run in threads, processing is the injected :class:`FrameProcessor`):
   ever sent; a slow client only fills the bounded send queue;
 - *tick*: every ``stats_interval_s`` a ``stats`` event, one ladder step, idle and session limits.
 
-A failed or late frame is dropped, never replaced by its unprocessed input. A frame the chain
-cannot process is ``bad_frame`` and does not move the ladder; only the host refusing it for load
-(a 429 or 503) is ``overload``. Over WebRTC frames come decoded and leave for the outgoing track's
-encoder (:mod:`fusion_ray.live.media`): the same checks, no JPEG either way.
+A failed or late frame is dropped, never replaced by its input: ``bad_frame`` when the chain
+cannot process it (the ladder does not move), ``overload`` when the host refuses it (429, 503).
+Over WebRTC frames come and go decoded (:mod:`fusion_ray.live.media`): the same checks, no JPEG.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from fusion_ray.live.protocol import (
     unpack_frame,
 )
 from fusion_ray.live.scheduler import FairScheduler
-from fusion_ray.live.stats import RateLimiter, StreamCounters
+from fusion_ray.live.stats import ArrivalDelay, RateLimiter, StreamCounters
 from fusion_ray.live.transport import MediaTransport, Transport, TransportClosed
 
 log = logging.getLogger(__name__)
@@ -109,6 +109,7 @@ class Stream:
         now = clock()
         self.started = self.last_frame_at = now
         self.rate = RateLimiter(cfg.max_fps, cfg.burst_frames, now)
+        self.arrival_delay = ArrivalDelay()
         self.last_queued_seq = self.last_sent_seq = self.last_received_seq = -1
         self.last_landmarks: np.ndarray | None = None
         self._landmarks_shape: tuple[int, ...] | None = None
@@ -124,7 +125,6 @@ class Stream:
     def level(self) -> int:
         return self.ladder.level
 
-    # ------------------------------------------------------------ outcomes
     def drop(self, seq: int, reason: DropReason, *, health: bool = True) -> None:
         """Report a dropped frame; ``health=False``: the client's doing, not counted by the ladder."""
         self.counters.drop(reason, health=health)
@@ -172,7 +172,12 @@ class Stream:
         except InputError:
             self.drop(seq, "bad_frame")
             return True
-        item = PendingFrame(seq, client_ts, data, now, now + self.deadline_ms / 1000.0)
+        # what the frame lost queueing on its way in counts against its deadline
+        deadline = now + self.deadline_ms / 1000.0 - self.arrival_delay.excess_s(now, client_ts)
+        if deadline <= now:
+            self.drop(seq, "deadline")
+            return True
+        item = PendingFrame(seq, client_ts, data, now, deadline)
         for replaced in self.queue.put(item):
             self.drop(replaced.seq, "stale")
         return True
@@ -238,8 +243,7 @@ class Stream:
             task.add_done_callback(self._release)
 
     def _release(self, task: asyncio.Task[None] | None) -> None:
-        if task is not None:
-            self._tasks.discard(task)
+        self._tasks.discard(task)  # type: ignore[arg-type]
         self.scheduler.release()
         self._inflight.release()
 
@@ -320,11 +324,11 @@ class Stream:
 
     # ------------------------------------------------------------ tick
     def stats_text(self, interval_s: float) -> str:
-        p50, p99 = self.counters.p50_p99()
+        p50, p99 = (None if v is None else round(v, 1) for v in self.counters.p50_p99())
         fps = (self.counters.frames_out - self._last_out) / interval_s
         self._last_out = self.counters.frames_out
         return stats_event(self.counters.frames_in, self.counters.frames_out, self.counters.dropped,
-                           _round(p50), _round(p99), self.level, LEVEL_NAMES[self.level],
+                           p50, p99, self.level, LEVEL_NAMES[self.level],
                            fps_out=round(fps, 2), events_lost=self.outbox.events_lost)
 
     def tick(self, interval_s: float) -> str | None:
@@ -387,10 +391,6 @@ class Stream:
         deadline = self.clock() + FLUSH_S
         while len(self.outbox) and not sender.done() and self.clock() < deadline:
             await asyncio.sleep(0.01)
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)
 
 
 async def _cancel(tasks: Sequence[asyncio.Future[Any]]) -> None:

@@ -352,3 +352,32 @@ def test_a_deeply_nested_text_message_mid_stream_is_ignored():
 
     conn, summary, _ = run_stream(LiveConfig(), ScriptedProcessor(), script)
     assert conn.result_seqs() == [1] and summary.reason == "disconnected"
+
+
+def test_a_frame_that_queued_on_the_way_in_loses_that_time_from_its_deadline():
+    """After a second of frames on time, the client stamped frame 20 300 ms before it arrived (its
+    own clock): with a 250 ms deadline it is late on arrival, dropped and never processed; the
+    frame after it is on time."""
+    import time as clock
+
+    from fusion_ray.live.protocol import pack_frame
+
+    from .helpers import jpeg
+
+    async def script(conn):
+        base = clock.monotonic()
+        stamp = lambda: (clock.monotonic() - base) * 1000.0 + 5e6  # noqa: E731 - any clock: only differences count
+        for seq in range(20):
+            conn.send(pack_frame(seq, stamp(), jpeg()))
+            await asyncio.sleep(0.06)
+        late = stamp()
+        await asyncio.sleep(0.3)
+        conn.send(pack_frame(20, late, jpeg()))  # queued 300 ms somewhere on the way
+        await asyncio.sleep(0.05)
+        conn.send(pack_frame(21, stamp(), jpeg()))
+        await asyncio.sleep(0.3)
+
+    processor = ScriptedProcessor()
+    conn, _, _ = run_stream(LiveConfig(deadline_ms=250), processor, script)
+    assert conn.dropped("deadline") == [20]
+    assert 20 not in [p.seq for p in processor.plans] and 21 in conn.result_seqs()
