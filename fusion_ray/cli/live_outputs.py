@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -88,7 +89,7 @@ class Outputs:
         self.sinks: list[Callable[[int, bytes], None]] = [s for s in (self.writer, self.window, self.camera) if s]
 
     @property
-    def quit_requested(self) -> Any:
+    def quit_requested(self) -> threading.Event | None:
         """The window's quit event (q or Esc), or None without a window."""
         return self.window.quit if self.window is not None else None
 
