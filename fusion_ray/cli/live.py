@@ -8,14 +8,12 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-import cv2
-import numpy as np
-
 from fusion_ray.cli.common import add_engine_arguments, engine_config_from_args
+from fusion_ray.cli.live_outputs import Outputs, add_output_arguments, wants_window
 from fusion_ray.errors import InputError
 from fusion_ray.facefusion_options import FACEFUSION_OPTIONS
 from fusion_ray.live.client import ClientReport, http_base, register_source, run_stream
@@ -28,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     live = sub.add_parser("live", help="swap a camera or a video live, in this process or through a live endpoint",
                           description="Without --url: run the stream policy in this process, no server (latest frame "
                           "wins, per-frame deadline, degradation ladder, tracking at level 3) and show the result in "
-                          "a window or write it with --output. With --url: stream the frames to "
+                          "a window, write it with --output, send it to a virtual camera (--virtual-camera) or publish it "
+                          "to a WHIP endpoint (--whip). With --url: stream the frames to "
                           "ws://HOST:PORT/v1/stream (fusion-ray serve) instead. A video file plays at its real rate "
                           "as a fake camera. Prints fps, latency and drops.")
     live.add_argument("--url", help="ws://HOST:PORT/v1/stream (default: run locally, with the engine options)")
@@ -39,11 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     feed.add_argument("--camera", type=int, help="camera index (OpenCV)")
     feed.add_argument("--input", type=Path, help="video file played at its frame rate as a camera")
     live.add_argument("--fps", type=float, help="send rate (default: the video's rate; 30 for a camera)")
-    live.add_argument("--output", type=Path, help="write the returned frames to this MP4")
-    live.add_argument("--show", action="store_true",
-                      help="show the frames in a window (the default without --output; needs a display and an "
-                      "OpenCV with GUI support)")
     live.add_argument("--seconds", type=float, help="stop after this long (default: the video's end; camera: 10)")
+    add_output_arguments(live)
     _stream_options(live)
     _local_options(live)
     add_engine_arguments(live)
@@ -114,35 +110,8 @@ def _source_id(args: argparse.Namespace, url: str) -> str:
     return register_source(http_base(url), path.read_bytes(), path.name, args.token or os.environ.get(TOKEN_ENV))
 
 
-class _Writer:
-    """Returned frames to an MP4, repeating the last one over dropped frames (never an input frame)."""
-
-    def __init__(self, path: Path, fps: float) -> None:
-        self.path, self.fps = path, fps
-        self.writer: Any = None
-        self.last_seq = -1
-        self.last: np.ndarray | None = None
-
-    def __call__(self, seq: int, image: bytes) -> None:
-        frame = cv2.imdecode(np.frombuffer(image, np.uint8), cv2.IMREAD_COLOR)
-        if frame is None:
-            return
-        if self.writer is None:
-            height, width = frame.shape[:2]
-            self.writer = cv2.VideoWriter(str(self.path), cv2.VideoWriter.fourcc(*"mp4v"), self.fps, (width, height))
-        if self.last is not None:
-            for _ in range(seq - self.last_seq - 1):
-                self.writer.write(self.last)
-        self.writer.write(frame)
-        self.last, self.last_seq = frame, seq
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.release()
-
-
-def _print_report(report: ClientReport, wrote: Path | None) -> int:
-    """The stream's summary (and the file written, if any); exit code 0."""
+def _print_report(report: ClientReport, outputs: Outputs) -> int:
+    """The stream's summary (and the outputs': file written, virtual camera, WHIP); exit code 0."""
     summary = report.summary()
     lat = summary["latency_ms"]
     drops = ", ".join(f"{k} {v}" for k, v in summary["dropped"].items() if v) or "none"
@@ -152,8 +121,10 @@ def _print_report(report: ClientReport, wrote: Path | None) -> int:
     print(f"dropped: {drops}; highest degradation level {summary['max_level']}")
     if report.ready.get("stand_in_models"):
         print(f"note: the server used STAND-IN models ({', '.join(report.ready['stand_in_models'])}): not a real swap")
-    if wrote is not None:
-        print(f"wrote {wrote}")
+    for line in outputs.summary():
+        print(line)
+    if outputs.writer is not None:
+        print(f"wrote {outputs.writer.path}")
     return 0
 
 
@@ -166,25 +137,29 @@ def run_live(args: argparse.Namespace) -> int:
     if args.url is None:
         return _run_here(args)
     source = CaptureSource(args.camera if args.camera is not None else args.input, fps=args.fps)
-    seconds = _seconds(args)
-    writer = _Writer(args.output, source.fps) if args.output else None
+    try:
+        outputs = Outputs(args, source, window=False)
+    except BaseException:
+        source.close()
+        raise
     try:
         start = _start(args, _source_id(args, args.url))
-        report = asyncio.run(run_stream(args.url, start, source, seconds=seconds, on_result=writer,
-                                        blocking_source=True))
+        report = asyncio.run(_with_outputs(outputs, run_stream(args.url, start, source, seconds=_seconds(args),
+                                                               on_result=outputs, blocking_source=True)))
     finally:
         source.close()
-        if writer is not None:
-            writer.close()
-    return _print_report(report, args.output if writer is not None else None)
+        outputs.close()
+    return _print_report(report, outputs)
 
 
-def _fan_out(sinks: list[Callable[[int, bytes], None]]) -> Callable[[int, bytes], None]:
-    def deliver(seq: int, image: bytes) -> None:
-        for sink in sinks:
-            sink(seq, image)
-
-    return deliver
+async def _with_outputs(outputs: Outputs, stream: Coroutine[Any, Any, ClientReport]) -> ClientReport:
+    """Run ``stream`` between the outputs' start and stop (the WHIP session's lifetime)."""
+    try:
+        await outputs.start()
+        return await stream
+    finally:
+        stream.close()  # never awaited when the start failed: no warning
+        await outputs.stop()
 
 
 def _run_here(args: argparse.Namespace) -> int:
@@ -193,39 +168,39 @@ def _run_here(args: argparse.Namespace) -> int:
     from fusion_ray.imageio import read_image
     from fusion_ray.live.direct import run_direct
     from fusion_ray.live.local import EngineBackend, local_hub
-    from fusion_ray.live.window import UntilQuit, Window, window_problem
+    from fusion_ray.live.window import UntilQuit, window_problem
 
     if args.source_id:
         raise InputError("--source-id names a source on a server (--url); here give the photo with --source")
-    show = args.show or args.output is None
+    show = wants_window(args)
     problem = window_problem() if show else None
     if problem:
-        raise InputError(f"cannot show a window: {problem}; write the stream to a file with --output out.mp4")
+        raise InputError(f"cannot show a window: {problem}; write the stream to a file with --output out.mp4, "
+                         "or send it to --virtual-camera or --whip URL")
     if not args.source.is_file():
         raise InputError(f"source image not found: {args.source}")
     source_image = read_image(args.source).frame
-    engine = Engine.load(engine_config_from_args(args), cpu_budget=args.cpu_budget)
-    backend = EngineBackend(engine)
-    start = _start(args, backend.add_source(source_image, str(args.source)))
     capture = CaptureSource(args.camera if args.camera is not None else args.input, fps=args.fps, fmt="bmp")
-    seconds = _seconds(args)
-    writer = _Writer(args.output, capture.fps) if args.output else None
-    window = Window() if show else None
-    sinks: list[Callable[[int, bytes], None]] = [sink for sink in (writer, window) if sink is not None]
-    hub = local_hub(backend, slots=args.slots, stream_inflight=args.stream_inflight)
-    print(f"running locally ({engine.cfg.swap.swapper} swapper, {args.slots} slots, no server); "
-          f"{'q in the window stops' if window else 'Ctrl-C stops'}", file=sys.stderr)
     try:
-        played = UntilQuit(capture, window.quit) if window is not None else capture
-        report = asyncio.run(run_direct(hub, start, played, seconds=seconds, blocking_source=True,
-                                        on_result=_fan_out(sinks)))
+        outputs = Outputs(args, capture, window=show)  # a missing virtual camera fails here, before the models
+    except BaseException:
+        capture.close()
+        raise
+    try:
+        engine = Engine.load(engine_config_from_args(args), cpu_budget=args.cpu_budget)
+        backend = EngineBackend(engine)
+        start = _start(args, backend.add_source(source_image, str(args.source)))
+        hub = local_hub(backend, slots=args.slots, stream_inflight=args.stream_inflight)
+        print(f"running locally ({engine.cfg.swap.swapper} swapper, {args.slots} slots, no server); "
+              f"{'q in the window stops' if outputs.window else 'Ctrl-C stops'}", file=sys.stderr)
+        quit_requested = outputs.quit_requested
+        played = UntilQuit(capture, quit_requested) if quit_requested is not None else capture
+        report = asyncio.run(_with_outputs(outputs, run_direct(hub, start, played, seconds=_seconds(args),
+                                                               blocking_source=True, on_result=outputs)))
     finally:
         capture.close()
-        if writer is not None:
-            writer.close()
-        if window is not None:
-            window.close()
-    return _print_report(report, args.output if writer is not None else None)
+        outputs.close()
+    return _print_report(report, outputs)
 
 
 def run_bench(args: argparse.Namespace) -> int:

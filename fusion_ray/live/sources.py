@@ -63,6 +63,8 @@ class CaptureSource:
             raise InputError(f"cannot open {'camera' if isinstance(target, int) else 'video'} {target}")
         native = float(self.capture.get(cv2.CAP_PROP_FPS) or 0.0)
         self.fps = float(fps) if fps else (native if 1.0 <= native <= 240.0 else 30.0)
+        self.size = (int(self.capture.get(cv2.CAP_PROP_FRAME_WIDTH)), int(self.capture.get(cv2.CAP_PROP_FRAME_HEIGHT)))
+        """Width and height of the frames, as the capture reports them."""
         self.quality = quality
         self.fmt = fmt
         self.last_frame: np.ndarray | None = None
