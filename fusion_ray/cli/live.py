@@ -12,7 +12,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from fusion_ray.cli.common import add_engine_arguments, engine_config_from_args
+from fusion_ray.cli.common import add_engine_arguments, check_stream_output, engine_config_from_args
 from fusion_ray.cli.live_outputs import Outputs, add_output_arguments, wants_window
 from fusion_ray.errors import InputError
 from fusion_ray.facefusion_options import FACEFUSION_OPTIONS
@@ -134,6 +134,7 @@ def _seconds(args: argparse.Namespace) -> float | None:
 
 
 def run_live(args: argparse.Namespace) -> int:
+    check_stream_output(args.output, [("--input", args.input)] if args.input else [])
     if args.url is None:
         return _run_here(args)
     source = CaptureSource(args.camera if args.camera is not None else args.input, fps=args.fps)

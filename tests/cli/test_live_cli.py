@@ -86,3 +86,16 @@ def test_facefusion_options_travel_in_the_start_message():
     message = parse_start(json.dumps(start))
     assert message.face_mask_types == ("box", "occlusion") and message.face_swapper_pixel_boost == "256x256"
     assert message.face_mask_padding == (10, 20)
+
+
+@pytest.mark.parametrize("output", ["same", "missing/out.mp4", "out.txt"])
+def test_live_refuses_an_output_it_cannot_write_before_any_work(clip, images_dir, scrfd_path, tmp_path, output,
+                                                                capsys):
+    """Before, these exited 0 and printed 'wrote ...': the input was overwritten, or nothing was written."""
+    path = clip
+    before = path.read_bytes()
+    target = path if output == "same" else tmp_path / output
+    code = main(["live", "--source", str(images_dir / "obama.jpg"), "--input", str(path), "--output", str(target),
+                 "--swapper", "classic", "--model", f"scrfd_2.5g={scrfd_path}"])
+    assert code == 2 and "wrote" not in capsys.readouterr().out
+    assert path.read_bytes() == before and not (tmp_path / "out.txt").exists()
