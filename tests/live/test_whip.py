@@ -17,10 +17,11 @@ from fusion_ray.live.config import LiveConfig
 from fusion_ray.live.hub import LiveHub
 from fusion_ray.live.local import EngineBackend
 from fusion_ray.live.localhost import LocalServer
+from fusion_ray.live.stamp import STAMP_SIZE
 from fusion_ray.video.decode import decode_all
 from fusion_ray.video.synthetic import make_test_video
 
-from .webrtc_peer import BLOCK, publish
+from .webrtc_peer import publish
 
 TOKEN = "rtc-secret"
 
@@ -70,7 +71,7 @@ def test_whip_returns_the_swapped_camera_on_the_same_transceiver(server, clip, s
     inner = np.abs(got[y0:y1, x0:x1] - sent[y0:y1, x0:x1]).mean()
     mask = np.ones(sent.shape[:2], bool)
     mask[max(0, y0 - 40):y1 + 40, max(0, x0 - 40):x1 + 40] = False
-    mask[:BLOCK * 2] = False
+    mask[:STAMP_SIZE[1] + 8] = False
     outer = np.abs(got[mask] - sent[mask]).mean()
     assert inner > 8.0 and outer < 6.0, (inner, outer)
 

@@ -1,5 +1,5 @@
-"""A real aiortc WHIP publisher for tests: plays frames stamped with their number, reads the
-returned track's stamps, DELETEs at the end."""
+"""A real aiortc WHIP publisher for tests that look at the session itself (its events, its end,
+its audio): plays frames stamped with their number, reads the returned track's stamps."""
 
 from __future__ import annotations
 
@@ -21,21 +21,7 @@ from aiortc import (
 )
 from av import VideoFrame
 
-BLOCK = 16
-BITS = 10
-
-
-def stamp(frame: np.ndarray, seq: int) -> np.ndarray:
-    """``seq`` drawn as BITS black/white 16 px blocks along the top-left edge."""
-    out = frame.copy()
-    for bit in range(BITS):
-        out[:BLOCK, bit * BLOCK:(bit + 1) * BLOCK] = 255 if seq >> bit & 1 else 0
-    return out
-
-
-def read_stamp(frame: np.ndarray) -> int:
-    return sum(1 << bit for bit in range(BITS)
-               if frame[4:BLOCK - 4, bit * BLOCK + 4:(bit + 1) * BLOCK - 4].mean() > 127)
+from fusion_ray.live.stamp import read_stamp, stamp
 
 
 class StampedClip(VideoStreamTrack):
@@ -101,7 +87,7 @@ async def publish(base: str, query: str, token: str | None, frames: list[np.ndar
             while True:
                 frame = (await track.recv()).to_ndarray(format="bgr24")
                 seq = read_stamp(frame)
-                if seq in clip.sent and seq not in result.received:
+                if seq is not None and seq in clip.sent and seq not in result.received:
                     result.latency_ms[seq] = (time.monotonic() - clip.sent[seq]) * 1000.0
                     result.received[seq] = frame
                     result.order.append(seq)
@@ -149,7 +135,9 @@ async def play(base: str, session_path: str, token: str | None, *, seconds: floa
     async def read(track: Any) -> None:
         with contextlib.suppress(Exception):
             while True:
-                seen.append(read_stamp((await track.recv()).to_ndarray(format="bgr24")))
+                seq = read_stamp((await track.recv()).to_ndarray(format="bgr24"))
+                if seq is not None:
+                    seen.append(seq)
 
     pc.on("track", lambda track: readers.append(asyncio.create_task(read(track))))
     await pc.setLocalDescription(await pc.createOffer())
