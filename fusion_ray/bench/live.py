@@ -49,7 +49,8 @@ def make_clip(face_image: np.ndarray, path: Path, n_frames: int = 90) -> list[np
     return [decoded.frame for decoded in decode_all(written)]
 
 
-def _pct(values: Sequence[float]) -> dict[str, float | None]:
+def latency_percentiles(values: Sequence[float]) -> dict[str, float | None]:
+    """p50, p95 and p99 of latencies in ms, rounded to 0.1 (None when there are none)."""
     return {f"p{q}": None if (v := percentile(values, q)) is None else round(v, 1) for q in (50, 95, 99)}
 
 
@@ -64,7 +65,7 @@ class BaselineResult:
     def summary(self) -> dict[str, Any]:
         return {"fps": round(self.frames_processed / self.duration_s, 2) if self.duration_s else 0.0,
                 "captured": self.frames_captured, "processed": self.frames_processed,
-                "dropped_oldest": self.dropped_oldest, "latency_ms": _pct(self.latencies_ms)}
+                "dropped_oldest": self.dropped_oldest, "latency_ms": latency_percentiles(self.latencies_ms)}
 
 
 def run_baseline(process: ProcessSync, frames: Sequence[np.ndarray], seconds: float,
@@ -143,7 +144,7 @@ def summarise_streams(n: int, reports: Sequence[ClientReport], deadline_ms: floa
         for reason, count in report.dropped.items():
             dropped[reason] = dropped.get(reason, 0) + count
     return {
-        "streams": n, "latency_ms": _pct(latencies), "fps_per_stream": rates,
+        "streams": n, "latency_ms": latency_percentiles(latencies), "fps_per_stream": rates,
         "aggregate_fps": round(sum(rates), 2), "min_over_mean": round(min(rates) / mean, 3) if mean else 0.0,
         "sent": sum(r.sent for r in reports), "received": sum(r.received for r in reports), "dropped": dropped,
         "glass_to_glass_over_deadline": sum(1 for v in latencies if v > deadline_ms),

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from fusion_ray.bench.live import latency_percentiles
 from fusion_ray.errors import FusionRayError
-from fusion_ray.live.stats import percentile
 from fusion_ray.live.whip_client import PublishReport, publish
 from fusion_ray.video.decode import decode_all
 from fusion_ray.video.synthetic import make_test_video
@@ -39,10 +39,6 @@ def make_frames(face_image: np.ndarray | None = None, n_frames: int = 90, size_w
         return [decoded.frame for decoded in decode_all(written)]
 
 
-def _pct(values: Sequence[float]) -> dict[str, float | None]:
-    return {f"p{q}": None if (v := percentile(values, q)) is None else round(v, 1) for q in (50, 95, 99)}
-
-
 async def run_streams(url: str, token: str | None, frames: Sequence[np.ndarray], *, streams: int, seconds: float,
                       fps: float = 30.0, codec: str = "h264", separate: bool = False) -> dict[str, Any]:
     """``streams`` concurrent publishers of ``frames`` for ``seconds``; per-stream and pooled results."""
@@ -53,7 +49,7 @@ async def run_streams(url: str, token: str | None, frames: Sequence[np.ndarray],
     return {"streams": streams, "codec": reports[0].codec, "fps_target": fps, "seconds": seconds,
             "fps_per_stream": [round(r.fps, 2) for r in reports],
             "fps_aggregate": round(sum(r.fps for r in reports), 2),
-            "latency_ms": _pct(latencies), "sent": sum(r.sent for r in reports),
+            "latency_ms": latency_percentiles(latencies), "sent": sum(r.sent for r in reports),
             "received": sum(r.received for r in reports),
             "order_violations": sum(r.order_violations for r in reports),
             "unreadable": sum(r.unreadable for r in reports)}
