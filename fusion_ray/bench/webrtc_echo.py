@@ -32,6 +32,7 @@ from aiortc.mediastreams import MediaStreamError
 from aiortc.sdp import SessionDescription
 
 from fusion_ray.errors import FusionRayError
+from fusion_ray.live.encoders import use_realtime_h264
 
 
 @dataclass
@@ -61,6 +62,7 @@ class EchoServer:
     """The echo endpoint on ``host:port`` (0: a free port); ``token``: bearer token required if set."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> None:
+        use_realtime_h264()  # as the service's senders: the same encoder both ways
         self.token = token
         self.sessions: dict[str, _Session] = {}
         self.frames_received: dict[str, int] = {}

@@ -12,6 +12,7 @@ deadline passed meanwhile (False): the stream counts a frame delivered only when
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -23,9 +24,12 @@ from fusion_ray.types import Frame
 
 @dataclass(frozen=True)
 class RawFrame:
-    """A decoded frame from a media track: BGR pixels and the track's timing."""
+    """A decoded frame from a media track: its size, its BGR pixels made on demand (only frames
+    that are processed are converted; most are replaced while waiting) and the track's timing."""
 
-    frame: Frame
+    pixels: Callable[[], Frame]
+    width: int
+    height: int
     pts: int | None = None
     time_base: Fraction | None = None
     client_ts_ms: float = 0.0

@@ -188,10 +188,9 @@ class Stream:
         self.last_frame_at = now
         seq = self.last_received_seq = self.last_received_seq + 1
         self.counters.received()
-        height, width = raw.frame.shape[:2]
         if not self.rate.allow(now):
             self.drop(seq, "overload")
-        elif height * width > self.cfg.max_frame_pixels:
+        elif raw.height * raw.width > self.cfg.max_frame_pixels:
             self.drop(seq, "too_large")
         else:
             for replaced in self.queue.put(PendingFrame(seq, raw.client_ts_ms, raw, now,
@@ -277,7 +276,7 @@ class Stream:
 
     async def _work(self, item: PendingFrame, plan: FramePlan, quality: int) -> bytes | RawResult:
         if isinstance(item.data, RawFrame):
-            frame = item.data.frame
+            frame = await asyncio.to_thread(item.data.pixels)
         else:
             try:
                 loaded = await asyncio.to_thread(decode_image, item.data, f"frame {item.seq}", self.cfg.max_frame_pixels)

@@ -28,6 +28,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import av
@@ -52,6 +53,10 @@ PENDING_EVENTS = 32
 AUDIO_DELAY_MAX_S = 1.0
 
 _CLOSED = object()
+
+
+def _bgr(frame: av.VideoFrame) -> Frame:
+    return frame.to_ndarray(format="bgr24")  # type: ignore[return-value]
 
 
 class SwappedTrack(MediaStreamTrack):
@@ -273,8 +278,8 @@ class WebRtcSession:
             while True:
                 frame = await track.recv()
                 assert isinstance(frame, av.VideoFrame)
-                pixels: Frame = frame.to_ndarray(format="bgr24")  # type: ignore[assignment]
-                self.transport.inbox.put_nowait(RawFrame(pixels, frame.pts, frame.time_base, time.time() * 1000.0))
+                self.transport.inbox.put_nowait(RawFrame(partial(_bgr, frame), frame.width, frame.height, frame.pts,
+                                                         frame.time_base, time.time() * 1000.0))
         except MediaStreamError:
             pass
         finally:

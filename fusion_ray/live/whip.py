@@ -33,6 +33,7 @@ from aiortc import RTCIceServer
 
 from fusion_ray.live.backend import StreamRefused
 from fusion_ray.live.config import WebRtcConfig
+from fusion_ray.live.encoders import use_realtime_h264
 from fusion_ray.live.hub import Admitted, LiveHub, Opener
 from fusion_ray.live.offer import OfferError, check_offer, check_viewer_offer
 from fusion_ray.live.protocol import ProtocolError, StartMessage, start_from
@@ -102,6 +103,7 @@ class WebRtcHost:
     """The WebRTC sessions of one process (one replica): publish, view, end."""
 
     def __init__(self, hub: LiveHub, cfg: WebRtcConfig) -> None:
+        use_realtime_h264()
         self.hub = hub
         self.cfg = cfg
         self.ice_servers = [RTCIceServer(s.urls, s.username, s.credential) for s in cfg.ice_servers]

@@ -31,6 +31,7 @@ from aiortc.mediastreams import MediaStreamError
 from aiortc.sdp import SessionDescription
 
 from fusion_ray.errors import FusionRayError
+from fusion_ray.live.encoders import use_realtime_h264
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ class WhipSession:
     """A peer connection negotiated with a WHIP/WHEP endpoint; add transceivers, then :meth:`open`."""
 
     def __init__(self, url: str, token: str | None = None, *, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+        use_realtime_h264()  # as the service's senders: the same encoder both ways
         self.url = url
         self.token = token
         self.timeout_s = timeout_s

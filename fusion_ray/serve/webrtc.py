@@ -24,9 +24,11 @@ WebSocket (``/v1/stream``).
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
@@ -83,7 +85,11 @@ class InReplicaChain:
         self.metrics = metrics
 
     async def frame(self, t: Timings, request: FrameRequest, identity: Identity) -> FrameDone:
+        """As a handle call would: the frame's follower goes as a copy and comes back updated (with
+        two frames of a stream in work, each updates its own copy; the stream keeps the newest)."""
         key, who = await identity
+        if request.follower is not None:
+            request = replace(request, follower=copy.deepcopy(request.follower))
         result = await self.process(FrameJob(request, key, who))
         record_batch(self.metrics, "fused", result)
         done: FrameDone = result["done"]
