@@ -15,8 +15,6 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from fusion_ray.config import EngineConfig, RuntimeConfig, SwapConfig
-from fusion_ray.engine import Engine
 from fusion_ray.imageio import read_image
 from fusion_ray.live.backend import FramePlan
 from fusion_ray.live.client import LiveClientError, register_source, run_stream
@@ -26,16 +24,10 @@ from fusion_ray.live.local import EngineBackend
 from fusion_ray.live.localhost import LocalServer
 from fusion_ray.live.protocol import StartMessage, pack_frame, unpack_frame
 from fusion_ray.live.sources import JpegClip, encode_frame
-from fusion_ray.video.decode import decode_all
 from fusion_ray.video.synthetic import make_test_video
+from tests.live.conftest import face_clip
 
 TOKEN = "live-secret"
-
-
-@pytest.fixture(scope="module")
-def engine(models_config):
-    cfg = EngineConfig(models=models_config, runtime=RuntimeConfig(providers=["cpu"]), swap=SwapConfig(swapper="classic"))
-    return Engine.load(cfg, cpu_budget=1)
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +40,7 @@ def server(engine):
 
 @pytest.fixture(scope="module")
 def clip(images_dir, tmp_path_factory):
-    """A 640x360 clip of a real photo's face moving (the real detector finds it)."""
-    face = read_image(images_dir / "biden.jpg").frame
-    path = make_test_video(tmp_path_factory.mktemp("live") / "clip.mp4", face_image=face, n_frames=20,
-                           fps=Fraction(30), audio=False)
-    return [decoded.frame for decoded in decode_all(path)]
+    return face_clip(images_dir, tmp_path_factory.mktemp("live"), n_frames=20, fps=30)
 
 
 @pytest.fixture(scope="module")

@@ -4,32 +4,21 @@ the classic swapper (a real swap); WHIP ingest, refusals, DELETE."""
 import asyncio
 import json
 import time
-from fractions import Fraction
 
 import numpy as np
 import pytest
 
-from fusion_ray.config import EngineConfig, RuntimeConfig, SwapConfig
-from fusion_ray.engine import Engine
-from fusion_ray.imageio import read_image
 from fusion_ray.live.client import register_source
 from fusion_ray.live.config import LiveConfig
 from fusion_ray.live.hub import LiveHub
 from fusion_ray.live.local import EngineBackend
 from fusion_ray.live.localhost import LocalServer
 from fusion_ray.live.stamp import STAMP_SIZE
-from fusion_ray.video.decode import decode_all
-from fusion_ray.video.synthetic import make_test_video
 
+from .conftest import face_clip
 from .webrtc_peer import publish
 
 TOKEN = "rtc-secret"
-
-
-@pytest.fixture(scope="module")
-def engine(models_config):
-    cfg = EngineConfig(models=models_config, runtime=RuntimeConfig(providers=["cpu"]), swap=SwapConfig(swapper="classic"))
-    return Engine.load(cfg, cpu_budget=1)
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +31,7 @@ def server(engine):
 
 @pytest.fixture(scope="module")
 def clip(images_dir, tmp_path_factory):
-    face = read_image(images_dir / "biden.jpg").frame
-    path = make_test_video(tmp_path_factory.mktemp("rtc") / "clip.mp4", face_image=face, n_frames=15,
-                           fps=Fraction(15), audio=False)
-    return [decoded.frame for decoded in decode_all(path)]
+    return face_clip(images_dir, tmp_path_factory.mktemp("rtc"), n_frames=15, fps=15)
 
 
 @pytest.fixture(scope="module")

@@ -9,15 +9,13 @@ import json
 import time
 import urllib.error
 import urllib.request
-from fractions import Fraction
 
 import pytest
 
 from fusion_ray.imageio import read_image
 from fusion_ray.live.client import register_source
 from fusion_ray.serve.metrics import parse_exposition
-from fusion_ray.video.decode import decode_all
-from fusion_ray.video.synthetic import make_test_video
+from tests.live.conftest import face_clip
 from tests.live.webrtc_peer import play as whep_play
 from tests.live.webrtc_peer import publish
 from tests.procs import free_port
@@ -54,10 +52,7 @@ def service(ray_cluster, models_config):
 
 @pytest.fixture(scope="module")
 def clip(images_dir, tmp_path_factory):
-    face = read_image(images_dir / "biden.jpg").frame
-    path = make_test_video(tmp_path_factory.mktemp("rtc") / "clip.mp4", face_image=face, n_frames=15,
-                           fps=Fraction(15), audio=False)
-    return [decoded.frame for decoded in decode_all(path)]
+    return face_clip(images_dir, tmp_path_factory.mktemp("rtc"), n_frames=15, fps=15)
 
 
 @pytest.fixture(scope="module")
