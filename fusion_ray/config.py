@@ -56,8 +56,9 @@ class ModelsConfig(_Config):
     enhancer: str = "gfpgan_1.4"
     precision: dict[PrecisionComponent, Precision] = Field(
         default_factory=dict, description="Precision per component (auto|fp32|fp16|int8; missing: auto). "
-        "auto: int8 for the detector on CPU, fp16 on CUDA/TensorRT where the model has an fp16 form, "
-        "else fp32. int8 is for the detector only.")
+        "auto: int8 for the detector on CPU when an INT8 copy is built (`fusion-ray models quantize`; "
+        "else fp32), fp16 on CUDA/TensorRT where the model has an fp16 form, else fp32. int8 is for the "
+        "detector only, and builds its copy when none is.")
     calibration: list[Path] = Field(
         default_factory=list, description="Photos (files or folders) INT8 models are calibrated from; "
         "empty: the 'calibration' folder of the models directory.")
@@ -66,8 +67,9 @@ class ModelsConfig(_Config):
         "with VNNI and 7-bit ones elsewhere (8-bit products saturate in ONNX Runtime's AVX2 and AVX-512 "
         "kernels without VNNI, and the detector then misses faces).")
     calibration_seed: list[Path] = Field(
-        default_factory=list, description="Images or videos that fill an empty default calibration folder "
-        "(the command's own input, set by the CLI): a new user gets INT8 with no extra step.")
+        default_factory=list, description="Images or videos an INT8 build asked for by name calibrates on "
+        "when no calibration photos are set (the command's own input, set by the CLI); read in memory, "
+        "never saved.")
 
     @model_validator(mode="after")
     def _int8_is_for_the_detector(self) -> ModelsConfig:

@@ -31,13 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from fusion_ray.bench.precision_bench import run as run_bench
     from fusion_ray.cli.detect import _print_progress
     from fusion_ray.config import DetectorConfig, ModelsConfig
-    from fusion_ray.models.precision import (
-        Int8Request,
-        calibration_folder,
-        calibration_sources,
-        detector_int8,
-        seed_calibration,
-    )
+    from fusion_ray.models.precision import Int8Request, calibration_sources, detector_int8
     from fusion_ray.models.registry import get_spec
     from fusion_ray.models.store import ModelStore
 
@@ -45,8 +39,8 @@ def run(args: argparse.Namespace) -> int:
     store = ModelStore(args.models_dir, overrides=overrides)
     located = store.locate("scrfd_2.5g")
     models = ModelsConfig()
-    if not calibration_sources(models, store.root):
-        seed_calibration(calibration_folder(store.root), args.photos)
+    if not calibration_sources(models, store.root):  # calibrate on the bench's photos, in memory
+        models = ModelsConfig(calibration=list(args.photos))
     int8 = detector_int8(located, get_spec("scrfd_2.5g"), Int8Request(models, store.root, DetectorConfig()),
                          _print_progress)
     if int8 is None:

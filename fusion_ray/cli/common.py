@@ -62,8 +62,8 @@ def parse_precision(text: str) -> dict[str, str]:
 
 
 def calibration_inputs(args: argparse.Namespace) -> list[Path]:
-    """The command's own input images or video (``--target``, ``--source``, ``INPUT``): they fill
-    an empty calibration folder when the INT8 detector is first built."""
+    """The command's own input images or video (``--target``, ``--source``, ``INPUT``): what
+    ``--precision detector=int8`` calibrates on, in memory, when no calibration photos are set."""
     found: list[Path] = []
     for attr in ("target", "source", "input"):
         value = getattr(args, attr, None)

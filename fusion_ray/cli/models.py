@@ -36,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = msub.add_parser("quantize", help="build (or check) the cached INT8 detector from calibration photos")
     p.add_argument("names", nargs="*", help="model names (default: the detectors)")
     p.add_argument("--calibration", type=Path, action="append", default=[], metavar="PATH",
-                   help="photos or videos (files or folders) to add to <models dir>/calibration first (repeatable)")
+                   help="photos or videos (files or folders) to calibrate on, read in memory and kept nowhere "
+                        "(repeatable; none: the photos in <models dir>/calibration)")
     p.add_argument("--model", action="append", default=[], metavar="NAME=PATH", help="use this file for model NAME")
     p.set_defaults(run=run_quantize)
 
@@ -142,26 +143,20 @@ def run_quantize(args: argparse.Namespace) -> int:
     from fusion_ray.cli.detect import _print_progress
     from fusion_ray.config import DetectorConfig, ModelsConfig
     from fusion_ray.models.calibration import calibration_images
-    from fusion_ray.models.precision import (
-        Int8Request,
-        calibration_folder,
-        detector_int8,
-        seed_calibration,
-    )
+    from fusion_ray.models.precision import Int8Request, detector_int8
 
     store = ModelStore(resolve_models_dir(args.models_dir), overrides=parse_model_paths(args.model))
     specs = [get_spec(n) for n in args.names] if args.names else [s for s in all_specs() if s.kind == "detector"]
     wrong = [s.name for s in specs if s.kind != "detector"]
     if wrong:
         raise InputError(f"INT8 quantisation is for the detector only, got {', '.join(wrong)}")
-    folder = calibration_folder(store.root)
     inputs = [p for item in args.calibration for p in (calibration_images(item) if item.is_dir() else [item])]
     missing = [str(p) for p in inputs if not p.is_file()]
     if missing:
         raise InputError(f"calibration input not found: {', '.join(missing)}")
-    if inputs:
-        print(f"added {len(seed_calibration(folder, inputs))} calibration frame(s) to {folder}", file=sys.stderr)
-    request = Int8Request(ModelsConfig(), store.root, DetectorConfig())
+    # Calibrated in memory on the inputs given (else the models directory's calibration folder):
+    # only the model and a hash of the frames are kept.
+    request = Int8Request(ModelsConfig(calibration=inputs), store.root, DetectorConfig())
     failed = 0
     for spec in specs:
         built = detector_int8(store.locate(spec.name), spec, request, _print_progress)

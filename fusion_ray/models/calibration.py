@@ -12,7 +12,7 @@ deterministic augmentations (scale, rotation, flip, brightness/contrast/gamma, b
 placed on frames of several sizes, and collages of several scaled photos per frame. The
 frames go through the detector's own pre-processing (:func:`detector_blobs`), so calibration
 sees exactly the tensors inference sees. Pure numpy/OpenCV; the same recipe and photos give
-the same frames (and so the same cache key, see :func:`calibration_key`).
+the same frames (and so the same cache key, see :func:`frames_key`).
 """
 
 from __future__ import annotations
@@ -57,11 +57,12 @@ def calibration_images(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
 
 
-def calibration_key(images: Sequence[Path], recipe: CalibrationRecipe) -> str:
-    """sha256 of the photos' bytes (in name order) and the recipe: the calibration set's hash."""
+def frames_key(frames: Sequence[Frame], recipe: CalibrationRecipe) -> str:
+    """sha256 of the recipe and the frames (shape and pixels, in order): the calibration set's hash,
+    which is all the cache keeps of it."""
     digest = hashlib.sha256(recipe.describe().encode())
-    for path in sorted(images, key=lambda p: p.name):
-        digest.update(path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    for frame in frames:
+        digest.update(repr(frame.shape).encode() + b"\0" + np.ascontiguousarray(frame).tobytes())
     return digest.hexdigest()
 
 

@@ -11,15 +11,17 @@ can run on the session's providers:
 - ``int8`` (the detector only): the INT8 copy made by :func:`detector_int8`, on any provider.
 
 :func:`detector_int8` finds or builds the cached INT8 detector (see
-:mod:`fusion_ray.models.quantize`) from the calibration photos: ``models.calibration``, else
-the ``calibration`` folder of the models directory, which an empty folder's first use fills
-from ``models.calibration_seed`` (the command's own input). With no photo at all, or when the
-build fails, it returns None and the detector runs FP32 with a warning.
+:mod:`fusion_ray.models.quantize`). Under ``auto`` it only *finds* one (any copy made from this
+model for this CPU's weight width): building costs far more than it saves on one image or one
+short clip, so a first run detects at FP32 and says how to build it once (``fusion-ray models
+quantize``). Asked for by name (``int8``) it builds one when none fits, calibrated on
+``models.calibration`` (photos or videos, files or folders), else the ``calibration`` folder of
+the models directory, else the command's own inputs (``models.calibration_seed``). Calibration
+frames are read into memory and never written anywhere: the cache keeps the model and a hash.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,7 +31,6 @@ import cv2
 import numpy as np
 
 from fusion_ray.config import DetectorConfig, ModelsConfig, Precision
-from fusion_ray.fsutil import atomic_path
 from fusion_ray.models import calibration as cal
 from fusion_ray.models import quantize
 from fusion_ray.models.cpu_int8 import describe as describe_bits
@@ -89,16 +90,15 @@ def calibration_sources(cfg: ModelsConfig, models_dir: Path) -> list[Path]:
     return found
 
 
-def _first_frames(path: Path) -> list[np.ndarray]:
-    """An image, or a few frames from the start of a video (every 30th), as BGR frames."""
+def _first_frames(path: Path, max_side: int = 1280) -> list[np.ndarray]:
+    """An image, or a few frames from the start of a video (every 30th), as BGR frames shrunk to
+    ``max_side`` (read into memory only)."""
     image = cv2.imread(str(path), cv2.IMREAD_COLOR)
-    if image is not None:
-        return [image]
-    frames: list[np.ndarray] = []
-    capture = cv2.VideoCapture(str(path))
+    frames: list[np.ndarray] = [image] if image is not None else []
+    capture = None if frames else cv2.VideoCapture(str(path))
     try:
         index = 0
-        while len(frames) < SEED_FRAMES_PER_VIDEO and capture.isOpened():
+        while capture is not None and len(frames) < SEED_FRAMES_PER_VIDEO and capture.isOpened():
             ok, frame = capture.read()
             if not ok:
                 break
@@ -106,36 +106,27 @@ def _first_frames(path: Path) -> list[np.ndarray]:
                 frames.append(frame)
             index += 1
     finally:
-        capture.release()
-    return frames
+        if capture is not None:
+            capture.release()
+    shrunk = []
+    for frame in frames:
+        scale = max_side / max(frame.shape[:2])
+        if scale < 1.0:
+            frame = cv2.resize(frame, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+        shrunk.append(np.ascontiguousarray(frame, np.uint8))
+    return shrunk
 
 
-def seed_calibration(folder: Path, inputs: Sequence[Path], max_side: int = 1280) -> list[Path]:
-    """Fill an empty calibration folder with the inputs' images (a video's first frames), shrunk
-    to ``max_side``, as JPEGs named by content hash; returns the files written."""
-    written: list[Path] = []
-    for path in inputs:
-        if not Path(path).is_file():
-            continue
-        for frame in _first_frames(Path(path)):
-            scale = max_side / max(frame.shape[:2])
-            if scale < 1.0:
-                frame = cv2.resize(frame, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
-            ok, data = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, 92])
-            if not ok:
-                continue
-            dest = folder / f"seed-{hashlib.sha256(data.tobytes()).hexdigest()[:16]}.jpg"
-            try:
-                with atomic_path(dest) as tmp:
-                    tmp.write_bytes(data.tobytes())
-            except OSError as exc:
-                log.warning("cannot save calibration frames in %s: %s", folder, exc)
-                return written
-            written.append(dest)
-    if written:
-        log.warning("INT8 calibration: saved %d frame(s) of this input in %s (add your own photos there "
-                    "for better coverage; the INT8 detector is rebuilt when the folder changes)", len(written), folder)
-    return written
+def calibration_inputs(cfg: ModelsConfig, models_dir: Path) -> list[Path]:
+    """What an INT8 build calibrates on: the configured files and folders, else the default folder's
+    photos, else the command's own inputs."""
+    found = calibration_sources(cfg, models_dir)
+    return found or [p for p in cfg.calibration_seed if Path(p).is_file()]
+
+
+def read_calibration(inputs: Sequence[Path]) -> list[np.ndarray]:
+    """The inputs' frames (a video's first frames), in memory."""
+    return [frame for path in inputs for frame in _first_frames(Path(path))]
 
 
 @dataclass(frozen=True)
@@ -150,31 +141,33 @@ class Int8Request:
 
 def detector_int8(located: LocatedModel, spec: ModelSpec, request: Int8Request,
                   progress: quantize.Progress | None = None, *, asked: bool = True) -> Path | None:
-    """The INT8 copy of the detector at ``located``: cached, or built now (once); None when there
-    are no calibration photos or the build fails (the caller runs FP32). ``asked``: INT8 was
-    asked for by name (no photos is then a warning; under ``auto`` it is logged at info)."""
-    photos = calibration_sources(request.models, request.models_dir)
-    if not photos and not request.models.calibration and request.models.calibration_seed:
-        photos = seed_calibration(calibration_folder(request.models_dir), request.models.calibration_seed)
-    if not photos:
-        log.log(logging.WARNING if asked else logging.INFO, "no calibration photos for the INT8 detector (put a few face photos in %s, or run "
-                    "`fusion-ray models quantize --calibration PHOTOS`); running %s at FP32",
-                    calibration_folder(request.models_dir), spec.name)
-        return None
+    """The INT8 copy of the detector at ``located``: cached, or (``asked``: INT8 asked for by name)
+    built now, once; None when there is none under ``auto``, no calibration input, or the build
+    fails (the caller runs FP32)."""
     source_sha = located.sha256 or sha256_file(located.path)
-    bits = int8_weight_bits(request.models.int8_weight_bits)
-    key = quantize.Int8Key(source_sha, cal.calibration_key(photos, request.recipe), bits)
-    cached = quantize.find_cached(located.path, request.models_dir, key)
+    setting = request.models.int8_weight_bits
+    bits = int8_weight_bits(setting)
+    inputs = calibration_inputs(request.models, request.models_dir)
+    frames = read_calibration(inputs)
+    key = quantize.Int8Key(source_sha, cal.frames_key(frames, request.recipe), bits) if frames else None
+    cached = quantize.find_cached(located.path, request.models_dir, key) if key is not None else None
+    if cached is None and not asked:
+        cached = quantize.find_any_cached(located.path, request.models_dir, source_sha, bits)
     if cached is not None:
         return cached
-    frames = cal.read_photos(photos)
-    if not frames:
-        log.warning("none of the calibration photos %s can be read; running %s at FP32", photos, spec.name)
+    if not asked:
+        log.warning("%s runs at FP32: no INT8 copy is built yet (building one costs more than it saves on "
+                    "a first run); `fusion-ray models quantize --calibration PHOTOS` builds it once, for "
+                    "2 to 2.7x faster detection on this CPU", spec.name)
+        return None
+    if key is None:
+        log.warning("no calibration input for the INT8 detector (give --calibration PHOTOS, or photos in "
+                    "%s); running %s at FP32", calibration_folder(request.models_dir), spec.name)
         return None
     calibration = list(cal.calibration_frames(frames, request.recipe))
-    log.warning("building the INT8 detector from %s once, with %s (calibrating on %d frames made from %d "
-                "photo(s)); later runs load it from the cache", located.path.name,
-                describe_bits(bits, request.models.int8_weight_bits), len(calibration), len(frames))
+    log.warning("building the INT8 detector from %s once, with %s (calibrating in memory on %d frames made "
+                "from %d input frame(s); only the model and a hash are kept)", located.path.name,
+                describe_bits(bits, setting), len(calibration), len(frames))
 
     def to_blob(frame: np.ndarray) -> np.ndarray:
         return cal.frame_blob(frame, spec, request.detector)

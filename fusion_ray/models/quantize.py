@@ -117,6 +117,23 @@ def find_cached(source: Path, models_dir: Path, key: Int8Key) -> Path | None:
     return None
 
 
+def find_any_cached(source: Path, models_dir: Path, source_sha256: str, weight_bits: WeightBits) -> Path | None:
+    """The newest valid INT8 copy of ``source`` (this sha256) with ``weight_bits``-bit weights, from
+    any calibration set (what ``auto`` takes: a copy the user built once)."""
+    found: list[Path] = []
+    for folder in cache_dirs(models_dir):
+        pattern = f"{source.stem}.int8.w{weight_bits}.{source_sha256[:16]}.*.onnx"
+        for candidate in sorted(folder.glob(pattern)) if folder.is_dir() else []:
+            try:
+                record = json.loads(record_of(candidate).read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(record, dict) and check_cached(candidate, Int8Key(source_sha256, str(
+                    record.get("calibration_key", "")), weight_bits)):
+                found.append(candidate)
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
 class _Reader:
     """An ``onnxruntime.quantization.CalibrationDataReader`` over ``items`` made into tensors one
     at a time, with the ``__len__``/``set_range`` that ``CalibStridedMinMax`` uses: ranges are

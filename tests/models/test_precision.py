@@ -83,3 +83,46 @@ def test_no_calibration_photos_runs_fp32(tmp_path: Path, scrfd_path: Path) -> No
     cfg = EngineConfig(models=ModelsConfig(models_dir=tmp_path, paths={"scrfd_2.5g": scrfd_path},
                                            precision={"detector": "int8"}), runtime=RuntimeConfig(providers=["cpu"]))
     assert ModelSet.load(cfg, ["detector"], cpu_budget=1).info["scrfd_2.5g"].precision == "fp32"
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.rglob("*") if p.is_file() and not p.name.endswith(".lock"))
+
+
+def test_auto_never_builds_int8_and_keeps_nothing_of_the_inputs(tmp_path: Path, scrfd_path: Path, images_dir: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """A first run (one image, or a clip) detects at FP32 and says how to build INT8 once: before,
+    it calibrated on 66 frames to swap one face, and saved the user's frames (faces) in
+    <models dir>/calibration without asking."""
+    import logging
+
+    from fusion_ray.core.modelset import ModelSet
+
+    seed = images_dir / "obama.jpg"
+    cfg = EngineConfig(models=ModelsConfig(models_dir=tmp_path / "models", paths={"scrfd_2.5g": scrfd_path},
+                                           calibration_seed=[seed]), runtime=RuntimeConfig(providers=["cpu"]))
+    with caplog.at_level(logging.WARNING):
+        info = ModelSet.load(cfg, ["detector"], cpu_budget=1).info["scrfd_2.5g"]
+    assert info.precision == "fp32" and "fusion-ray models quantize" in caplog.text
+    assert not (tmp_path / "models").exists() or _files(tmp_path / "models") == []
+
+
+def test_int8_asked_for_calibrates_in_memory_and_auto_then_finds_it(tmp_path: Path, scrfd_path: Path,
+                                                                   images_dir: Path) -> None:
+    """--precision detector=int8 with the command's own input: built from it in memory (the models
+    directory then holds the model and its record, no frame of the input); a later run under auto,
+    on another input, finds that copy."""
+    from fusion_ray.core.modelset import ModelSet
+
+    models = tmp_path / "models"
+    asked = EngineConfig(models=ModelsConfig(models_dir=models, paths={"scrfd_2.5g": scrfd_path},
+                                             precision={"detector": "int8"},
+                                             calibration_seed=[images_dir / "obama_and_biden.jpg"]),
+                         runtime=RuntimeConfig(providers=["cpu"]))
+    built = ModelSet.load(asked, ["detector"], cpu_budget=1).info["scrfd_2.5g"]
+    assert built.precision == "int8"
+    assert sorted(n.rsplit(".", 1)[-1] for n in _files(models)) == ["json", "onnx"]  # the model and its record
+    later = asked.model_copy(update={"models": asked.models.model_copy(update={
+        "precision": {}, "calibration_seed": [images_dir / "biden.jpg"]})})
+    again = ModelSet.load(later, ["detector"], cpu_budget=1).info["scrfd_2.5g"]
+    assert again.precision == "int8" and again.path == built.path
