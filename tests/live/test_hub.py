@@ -117,3 +117,25 @@ def test_a_draining_service_ends_the_streams_at_the_next_check():
     conn, _, took, _ = _serve_then(LiveConfig(source_check_s=0.2), drain, backend=backend)
     assert conn.closed == (1001, "shutting_down") and took < 1.0 and backend.status_calls >= 1
 
+
+
+def test_streams_per_token_are_capped_and_released():
+    """live.max_streams_per_token: a token over its cap is refused (too_many_streams), another token
+    is not; a stream that ends gives its token's place back."""
+    import pytest
+
+    from fusion_ray.live.backend import StreamRefused
+    from fusion_ray.live.protocol import StartMessage
+
+    async def scenario():
+        hub = LiveHub(LiveConfig(max_streams=4, max_streams_per_token=1), ScriptedBackend(ScriptedProcessor()))
+        first = await hub.admit(StartMessage(source_id="src", token="alice"))
+        with pytest.raises(StreamRefused) as refused:
+            await hub.admit(StartMessage(source_id="src", token="alice"))
+        other = await hub.admit(StartMessage(source_id="src", token="bob"))
+        hub.release(first)
+        again = await hub.admit(StartMessage(source_id="src", token="alice"))
+        return refused.value.code, hub.refusals, hub.active_streams, other, again
+
+    code, refusals, active, _, _ = asyncio.run(scenario())
+    assert code == "too_many_streams" and refusals == {"too_many_streams": 1} and active == 2
