@@ -161,3 +161,13 @@ def test_the_weight_width_is_in_the_key_the_name_and_the_model(tmp_path: Path) -
 
     assert weight_range(built[7])[0] >= -64 and weight_range(built[7])[1] <= 64
     assert weight_range(built[8])[1] > 64 or weight_range(built[8])[0] < -64
+
+
+def test_a_rebuild_under_the_same_key_gives_the_same_file(tmp_path: Path) -> None:
+    """The same model, calibration frames and weight width give the same bytes (the real detector's
+    build matched byte for byte between this CPU and an emulated AVX2-only one: BENCHMARKS.md)."""
+    source = tiny_conv_model(tmp_path / "tiny.onnx")
+    first = build_cached(source, tmp_path / "a", KEY, ITEMS, blob)
+    second = build_cached(source, tmp_path / "b", KEY, ITEMS, blob)
+    assert first is not None and second is not None
+    assert first.read_bytes() == second.read_bytes()
