@@ -53,7 +53,7 @@ def _optional_commands() -> list:  # type: ignore[type-arg]
 
     found = []
     for name in ("job", "serve", "bench", "bench_jobs", "bench_scale", "bench_runners", "bench_quality", "live",
-                 "detect", "bench_precision", "bench_webrtc"):
+                 "detect", "bench_precision", "bench_webrtc", "bench_serve_burst"):
         try:
             found.append(importlib.import_module(f"fusion_ray.cli.{name}"))
         except ModuleNotFoundError as exc:

@@ -136,11 +136,13 @@ def run_serve(args: argparse.Namespace) -> int:
     # same path as Ctrl-C, so Serve and the local Ray it started are shut down in order.
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_stop)
+    guard = None
     try:
         if args.header_timeout_s > 0:  # Serve's proxy on loopback, behind the header deadline
             upstream = ("127.0.0.1", _free_loopback_port())
             serve.start(http_options={"host": upstream[0], "port": upstream[1]})
-            start_guard(HeaderGuard(upstream, GuardConfig(header_timeout_s=args.header_timeout_s)), host, port)
+            guard = HeaderGuard(upstream, guard_config(app_args, args.header_timeout_s))
+            start_guard(guard, host, port)
         else:
             serve.start(http_options={"host": host, "port": port})
         print(f"starting {name} on http://{host}:{port}{prefix} (models load in the replicas)...", file=sys.stderr)
@@ -152,8 +154,22 @@ def run_serve(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, _Stop):
         print(f"stopping: live streams end, requests in flight get up to {drain_s:g} s...", file=sys.stderr)
     finally:
-        stop(serve, ray if started and args.address is None else None, name, drain_s, reaper_pid)
+        stop(serve, ray if started and args.address is None else None, name, drain_s, reaper_pid, guard=guard)
     return 0
+
+
+def guard_config(app_args: dict[str, Any], header_timeout_s: float) -> GuardConfig:
+    """The guard's limits from the service's settings: it passes on at most what the ingress
+    replicas take at once (Serve's ``max_ongoing_requests``), a few places kept for monitoring, so
+    Serve never queues a request nor refuses one in plain text."""
+    from fusion_ray.serve.settings import ServeSettings
+
+    settings = ServeSettings.model_validate(app_args)
+    ingress = settings.deployments.ingress
+    places = ingress.num_replicas * settings.ingress_max_ongoing()
+    reserve = min(GuardConfig.ops_reserve, max(places // 4, 1))
+    return GuardConfig(header_timeout_s=header_timeout_s, max_requests=max(places - reserve, 1), ops_reserve=reserve,
+                       retry_after_s=settings.limits.retry_after_s)
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -206,18 +222,18 @@ STOP_GRACE_S = 1.0
 
 
 def stop(serve: Any, ray: Any | None, name: str, drain_s: float, reaper_pid: int | None,
-         margin_s: float = STOP_MARGIN_S) -> None:
+         margin_s: float = STOP_MARGIN_S, guard: HeaderGuard | None = None) -> None:
     """The service's stop (:func:`_shutdown`) within ``drain_s + margin_s``: when a step has not
     ended (its thread may hold Ray, whose atexit handler would call a hung ray.shutdown again) the
     process exits at once with :data:`HUNG_EXIT`, and a watchdog ends it (the same status) 2 s past
     the bound whatever still runs."""
-    if not _shutdown(serve, ray, name, drain_s, reaper_pid, time.monotonic() + drain_s + margin_s):
+    if not _shutdown(serve, ray, name, drain_s, reaper_pid, time.monotonic() + drain_s + margin_s, guard):
         print(f"note: a step of the stop hung (see above); exiting now with status {HUNG_EXIT}", file=sys.stderr)
         _exit_now(HUNG_EXIT)
 
 
 def _shutdown(serve: Any, ray: Any | None, name: str, drain_s: float, reaper_pid: int | None,
-              deadline: float) -> bool:
+              deadline: float, guard: HeaderGuard | None = None) -> bool:
     """Drain the application (its live streams end at once with close 1001; requests in flight get
     up to ``drain_s``), then stop: the local Ray this command started (``ray``), its processes
     ended rather than left to linger, or Serve on a cluster it joined (``ray`` None). Every step
@@ -230,7 +246,7 @@ def _shutdown(serve: Any, ray: Any | None, name: str, drain_s: float, reaper_pid
     _watchdog(deadline + 2.0)
     clean = True
     try:
-        clean = _drain(serve, name, drain_s, deadline)
+        clean = _drain(serve, name, drain_s, deadline, guard)
         if ray is None:
             clean = _bounded("serve.shutdown", serve.shutdown, deadline - time.monotonic()) and clean
     finally:
@@ -246,10 +262,18 @@ def _shutdown(serve: Any, ray: Any | None, name: str, drain_s: float, reaper_pid
     return clean
 
 
-def _drain(serve: Any, name: str, drain_s: float, deadline: float) -> bool:
+def _drain(serve: Any, name: str, drain_s: float, deadline: float, guard: HeaderGuard | None = None) -> bool:
     """Tell every ingress replica to end its live streams (through the state deployment), then
     delete the application: the ingress finishes its requests within ``drain_s``. False when either
-    did not end in time (a step that raised has ended: the stop goes on, cleanly)."""
+    did not end in time (a step that raised has ended: the stop goes on, cleanly).
+
+    Behind the guard, new requests get a JSON 503 at once, those in flight get until ``drain_s``
+    to be answered by the application, and any still unanswered then get the guard's JSON 503
+    before the application is deleted (its replicas would end them with a plain-text 500)."""
+    drained_by = time.monotonic() + drain_s
+    if guard is not None:
+        guard.drain()
+
     def tell() -> None:
         handle = serve.get_deployment_handle("ServiceState", app_name=name)
         wait_s = handle.drain.remote().result(timeout_s=STREAMS_S)
@@ -258,6 +282,9 @@ def _drain(serve: Any, name: str, drain_s: float, deadline: float) -> bool:
     # the app may have failed to start, its controller be slow: the streams' notice is best effort
     told = _bounded("telling the live streams to end", tell, min(2 * STREAMS_S, deadline - time.monotonic()),
                     note="could not tell the live streams to end")
+    if guard is not None and not guard.wait_idle(max(drained_by - time.monotonic(), 0.0)):
+        print(f"note: {guard.in_flight()} request(s) not answered within {drain_s:g} s get a 503", file=sys.stderr)
+        guard.refuse_waiting()
     deleted = _bounded("serve.delete", lambda: serve.delete(name), min(drain_s + 1.0, deadline - time.monotonic()),
                        note="the application did not drain cleanly")
     return told and deleted

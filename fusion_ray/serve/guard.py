@@ -16,6 +16,20 @@ each connection this guard:
 - then copies bytes both ways until the upstream has answered and closed. The body has the
   ingress's own receive deadline (``limits.receive_timeout_s``).
 
+It also admits requests before Serve's own queue can refuse them in plain text:
+
+- at most ``max_requests`` requests are passed upstream at once (the ingress replicas' share of
+  Serve's ``max_ongoing_requests``, so Serve never queues them); one more gets a JSON 503
+  ``overloaded`` with ``Retry-After``, its body left unread;
+- the monitoring paths (``/metrics``, ``/healthz``, ``/readyz``) have ``ops_reserve`` places
+  of their own: a burst never refuses them;
+- when the service stops (:meth:`HeaderGuard.drain`) new requests get a JSON 503
+  ``shutting_down``, :meth:`HeaderGuard.wait_idle` waits for those in flight, and
+  :meth:`HeaderGuard.refuse_waiting` answers any still unanswered with the same 503 before the
+  application goes.
+
+Every answer the guard gives itself (408, 431, 400, 503) is a JSON body, as the service's.
+
 A connection waiting for its head costs one socket and one small task here, no upload or
 compute slot. Under ``serve run`` or KubeRay there is no guard: put a proxy with a header
 deadline in front (README).
@@ -25,14 +39,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 log = logging.getLogger(__name__)
 
 _DROPPED = (b"x-forwarded-for", b"forwarded", b"connection", b"keep-alive")
+OPS_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
+"""Monitoring paths: admitted within ``ops_reserve``, whatever else is in flight."""
+DISCARD_S = 1.0
+"""After refusing a request, how long its unread body is read and dropped before the connection
+closes (closing with unread bytes resets it, and the client may lose the answer)."""
 
 
 @dataclass(frozen=True)
@@ -41,13 +62,25 @@ class GuardConfig:
 
     header_timeout_s: float = 10.0
     max_header_bytes: int = 65536
+    max_requests: int = 56
+    """Requests passed upstream at once, the monitoring paths aside."""
+    ops_reserve: int = 8
+    """Monitoring requests passed upstream at once, on top of ``max_requests``."""
+    retry_after_s: int = 1
+
+
+class RequestHead(NamedTuple):
+    """A request head as rewritten for the upstream, and its path (no query)."""
+
+    data: bytes
+    path: str
 
 
 class HeadError(ValueError):
     """The bytes before the blank line are not an HTTP/1.x request head."""
 
 
-def rewrite_head(head: bytes, client: str) -> bytes:
+def rewrite_head(head: bytes, client: str) -> RequestHead:
     """``head`` (a whole request head, up to and with its blank line) for the upstream: the
     client's forwarding headers replaced by ``X-Forwarded-For: client``, ``Connection: close``
     unless the request upgrades (a WebSocket). HeadError when it does not parse."""
@@ -71,11 +104,16 @@ def rewrite_head(head: bytes, client: str) -> bytes:
     headers += [(b"connection", connection), (b"x-forwarded-for", client.encode("ascii"))]
     lines = [b"%s %s HTTP/%s" % (event.method, event.target, event.http_version)]
     lines += [name + b": " + value for name, value in headers]
-    return b"\r\n".join(lines) + b"\r\n\r\n"
+    path = event.target.split(b"?", 1)[0].decode("latin-1")
+    return RequestHead(b"\r\n".join(lines) + b"\r\n\r\n", path)
 
 
-def _answer(status: int, reason: str) -> bytes:
-    return (f"HTTP/1.1 {status} {reason}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").encode("ascii")
+def answer(status: int, reason: str, code: str, detail: str, retry_after_s: int | None = None) -> bytes:
+    """A whole HTTP/1.1 response with the service's JSON error body, closing the connection."""
+    body = json.dumps({"error": code, "detail": detail}).encode()
+    retry = f"retry-after: {retry_after_s}\r\n" if retry_after_s is not None else ""
+    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+            f"{retry}connection: close\r\n\r\n").encode("ascii") + body
 
 
 async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -90,18 +128,69 @@ async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         pass
 
 
+class _Forwarded:
+    """One request passed upstream: whether its answer has begun, and its handler's task."""
+
+    def __init__(self, task: asyncio.Task[Any] | None) -> None:
+        self.task = task
+        self.answered = False
+        self.refused = False
+
+
 class HeaderGuard:
     """The guard's TCP server, in front of ``upstream`` (host, port)."""
 
     def __init__(self, upstream: tuple[str, int], cfg: GuardConfig | None = None) -> None:
         self.upstream = upstream
         self.cfg = cfg or GuardConfig()
+        self.draining = False
+        self.refused = 0
+        """Requests the guard answered 503 itself (a count for the stop's note and tests)."""
         self._handlers: set[asyncio.Task[Any]] = set()
         """The connections' tasks: Python 3.11's streams hold them weakly, and a handler whose client
         left while it waits on the upstream is otherwise garbage, destroyed mid-await."""
+        self._forwarded: set[_Forwarded] = set()
+        self._ops = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
 
+    # ------------------------------------------------------------ the stop (from another thread)
+    def drain(self) -> None:
+        """From now on new requests (the monitoring paths aside) get a JSON 503 ``shutting_down``."""
+        self.draining = True
+
+    def in_flight(self) -> int:
+        """Requests passed upstream and not yet over, the monitoring paths aside."""
+        return len(self._forwarded)
+
+    def wait_idle(self, timeout_s: float, poll_s: float = 0.05) -> bool:
+        """Wait until no request is in flight, at most ``timeout_s``; True when none is."""
+        end = time.monotonic() + timeout_s
+        while self.in_flight() and time.monotonic() < end:
+            time.sleep(poll_s)
+        return not self.in_flight()
+
+    def refuse_waiting(self, timeout_s: float = 1.0) -> None:
+        """Answer every request in flight whose answer has not begun with a JSON 503
+        ``shutting_down`` (before the application that would answer it goes)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        done = threading.Event()
+
+        def cancel() -> None:
+            for forwarded in list(self._forwarded):
+                if not forwarded.answered and forwarded.task is not None:
+                    forwarded.refused = True
+                    forwarded.task.cancel()
+            done.set()
+
+        loop.call_soon_threadsafe(cancel)
+        done.wait(timeout_s)
+        self.wait_idle(timeout_s)
+
+    # ------------------------------------------------------------ connections
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One client connection: its head within the deadline, then both directions copied."""
+        """One client connection: its head within the deadline, admission, then both directions copied."""
         task = asyncio.current_task()
         if task is not None:
             self._handlers.add(task)
@@ -112,14 +201,10 @@ class HeaderGuard:
             head = await self._head(reader, writer, client)
             if head is None:
                 return
-            up_reader, up_writer = await asyncio.open_connection(*self.upstream)
-            up_writer.write(head)
-            to_upstream = asyncio.create_task(_copy(reader, up_writer))
-            try:
-                await _copy(up_reader, writer)  # the response (or the WebSocket) has ended
-            finally:
-                to_upstream.cancel()
-                up_writer.close()
+            if head.path in OPS_PATHS:
+                await self._ops_request(head, reader, writer)
+            else:
+                await self._request(head, reader, writer, task)
         except (ConnectionError, OSError) as exc:
             log.debug("guard: connection from %s ended: %s", client, exc)
         finally:
@@ -127,17 +212,95 @@ class HeaderGuard:
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
 
-    async def _head(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client: str) -> bytes | None:
+    async def _ops_request(self, head: RequestHead, reader: asyncio.StreamReader,
+                           writer: asyncio.StreamWriter) -> None:
+        if self._ops >= self.cfg.ops_reserve:
+            await self._refuse(reader, writer, "overloaded",
+                               f"the service is at its limit of {self.cfg.ops_reserve} monitoring requests at once")
+            return
+        self._ops += 1
+        try:
+            await self._forward(head, reader, writer, None)
+        finally:
+            self._ops -= 1
+
+    async def _request(self, head: RequestHead, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       task: asyncio.Task[Any] | None) -> None:
+        if self.draining:
+            await self._refuse(reader, writer, "shutting_down", "the service is stopping")
+            return
+        if len(self._forwarded) >= self.cfg.max_requests:
+            await self._refuse(reader, writer, "overloaded",
+                               f"the service is at its limit of {self.cfg.max_requests} requests at once")
+            return
+        forwarded = _Forwarded(task)
+        self._forwarded.add(forwarded)
+        try:
+            await self._forward(head, reader, writer, forwarded)
+        except asyncio.CancelledError:
+            if not forwarded.refused or task is None:
+                raise
+            task.uncancel()  # the stop's cancel is answered here: later awaits are not cancelled
+            await self._refuse(reader, writer, "shutting_down", "the service stopped before answering")
+        finally:
+            self._forwarded.discard(forwarded)
+
+    async def _forward(self, head: RequestHead, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       forwarded: _Forwarded | None) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        up_writer.write(head.data)
+        to_upstream = asyncio.create_task(_copy(reader, up_writer))
+        try:
+            await self._answer_from(up_reader, writer, forwarded)  # the response (or the WebSocket) has ended
+        finally:
+            to_upstream.cancel()
+            up_writer.close()
+
+    @staticmethod
+    async def _answer_from(up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                           forwarded: _Forwarded | None) -> None:
+        """The upstream's bytes to the client until EOF, marking the request answered at the first."""
+        try:
+            while data := await up_reader.read(1 << 16):
+                if forwarded is not None:
+                    forwarded.answered = True
+                writer.write(data)
+                await writer.drain()
+            if writer.can_write_eof():
+                writer.write_eof()
+        except (ConnectionError, OSError):
+            pass
+
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, code: str,
+                      detail: str) -> None:
+        """A JSON 503 with Retry-After; the body the client sends meanwhile is read and dropped."""
+        self.refused += 1
+        writer.write(answer(503, "Service Unavailable", code, f"{detail}; retry later", self.cfg.retry_after_s))
+        with contextlib.suppress(ConnectionError, OSError):
+            await writer.drain()
+            if writer.can_write_eof():
+                writer.write_eof()
+        end = time.monotonic() + DISCARD_S
+        with contextlib.suppress(ConnectionError, OSError, TimeoutError):
+            while time.monotonic() < end:
+                dropped: bytes = await asyncio.wait_for(reader.read(1 << 16), end - time.monotonic())
+                if not dropped:
+                    break
+
+    async def _head(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    client: str) -> RequestHead | None:
         """The rewritten head, or None after answering (408, 431, 400) or when the client left."""
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.cfg.header_timeout_s)
             return rewrite_head(head, client)
         except TimeoutError:
-            writer.write(_answer(408, "Request Timeout"))
+            writer.write(answer(408, "Request Timeout", "request_timeout",
+                                f"the request's headers did not arrive within {self.cfg.header_timeout_s:g} s"))
         except asyncio.LimitOverrunError:
-            writer.write(_answer(431, "Request Header Fields Too Large"))
+            writer.write(answer(431, "Request Header Fields Too Large", "headers_too_large",
+                                f"the request's headers are over {self.cfg.max_header_bytes} bytes"))
         except HeadError:
-            writer.write(_answer(400, "Bad Request"))
+            writer.write(answer(400, "Bad Request", "bad_request", "the request is not HTTP/1.x"))
         except asyncio.IncompleteReadError:
             return None  # the client left before its head was complete
         with contextlib.suppress(ConnectionError, OSError):
@@ -146,6 +309,7 @@ class HeaderGuard:
 
     async def serve(self, host: str, port: int, ready: threading.Event | None = None) -> None:
         """Listen on (host, port) until cancelled."""
+        self._loop = asyncio.get_running_loop()
         server = await asyncio.start_server(self.handle, host, port, limit=self.cfg.max_header_bytes)
         if ready is not None:
             ready.set()

@@ -90,3 +90,17 @@ def test_the_packaged_default_config_equals_configs_serve_yaml():
     from fusion_ray.cli.serve import default_config
 
     assert default_config().read_bytes() == (REPO / "configs" / "serve.yaml").read_bytes()
+
+
+def test_the_guard_passes_on_what_the_ingress_takes_with_places_kept_for_monitoring():
+    """The guard's cap comes from the ingress's Serve options: replicas x max_ongoing_requests in
+    all, 8 of them (at most a quarter) kept for /metrics and the probes; Retry-After from the limits."""
+    from fusion_ray.cli.serve import guard_config
+    from fusion_ray.serve.settings import parse_settings
+
+    cfg = guard_config(parse_settings({}).model_dump(mode="json"), 3.0)
+    assert (cfg.max_requests, cfg.ops_reserve, cfg.header_timeout_s) == (56, 8, 3.0)
+    args = {"deployments": {"ingress": {"num_replicas": 2, "max_ongoing_requests": 100}},
+            "limits": {"retry_after_s": 7}}
+    cfg = guard_config(parse_settings(args).model_dump(mode="json"), 3.0)
+    assert (cfg.max_requests, cfg.ops_reserve, cfg.retry_after_s) == (192, 8, 7)

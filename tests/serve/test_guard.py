@@ -19,7 +19,7 @@ def _headers(head: bytes) -> list[tuple[bytes, bytes]]:
      b"GET /v1/stream HTTP/1.1", b"keep-alive, Upgrade"),   # a WebSocket keeps its upgrade
 ])
 def test_the_head_asks_for_one_request_per_connection_unless_it_upgrades(head, line, connection):
-    out = rewrite_head(head, "10.0.0.7")
+    out = rewrite_head(head, "10.0.0.7").data
     assert out.split(b"\r\n")[0] == line and out.endswith(b"\r\n\r\n")
     headers = _headers(out)
     assert [v for k, v in headers if k == b"connection"] == [connection]
@@ -29,7 +29,9 @@ def test_the_head_asks_for_one_request_per_connection_unless_it_upgrades(head, l
 def test_forwarding_headers_from_the_client_are_replaced_and_the_rest_kept():
     head = (b"POST /v1/swap?x=1 HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 6.6.6.6\r\nForwarded: for=6.6.6.6\r\n"
             b"Authorization: Bearer t\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 9\r\n\r\n")
-    headers = _headers(rewrite_head(head, "127.0.0.2"))
+    rewritten = rewrite_head(head, "127.0.0.2")
+    assert rewritten.path == "/v1/swap"  # no query
+    headers = _headers(rewritten.data)
     assert (b"x-forwarded-for", b"127.0.0.2") in headers and (b"forwarded", b"for=6.6.6.6") not in headers
     assert [k for k, _ in headers].count(b"x-forwarded-for") == 1
     assert {(b"host", b"h"), (b"authorization", b"Bearer t"), (b"content-length", b"9"),
@@ -63,14 +65,27 @@ def test_the_guard_answers_heads_it_refuses_without_reaching_the_upstream():
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
             start = time.monotonic()
             sock.sendall(data)
-            reply = sock.recv(200)
-            assert sock.recv(200) == b""  # then closed
+            reply = b""
+            while chunk := sock.recv(4096):  # until the guard closes
+                reply += chunk
             return reply, time.monotonic() - start
 
     reply, waited = answer(b"GET / HTTP/1.1\r\nHost: x\r\n")
     assert reply.startswith(b"HTTP/1.1 408") and 0.4 < waited < 5
-    assert answer(b"GET / HTTP/1.1\r\nX-Big: " + b"a" * 8000)[0].startswith(b"HTTP/1.1 431")
-    assert answer(b"hello\r\n\r\n")[0].startswith(b"HTTP/1.1 400")
+    assert _json_error(reply) == "request_timeout"
+    reply = answer(b"GET / HTTP/1.1\r\nX-Big: " + b"a" * 8000)[0]
+    assert reply.startswith(b"HTTP/1.1 431") and _json_error(reply) == "headers_too_large"
+    reply = answer(b"hello\r\n\r\n")[0]
+    assert reply.startswith(b"HTTP/1.1 400") and _json_error(reply) == "bad_request"
+
+
+def _json_error(reply: bytes) -> str:
+    """The ``error`` code of a whole response with a JSON body."""
+    import json
+
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in head.lower()
+    return str(json.loads(body)["error"])
 
 
 def test_a_closed_stalled_upload_survives_a_garbage_collection():
@@ -118,3 +133,110 @@ def test_a_closed_stalled_upload_survives_a_garbage_collection():
         upstream.close()
     assert len(accepted) == 3
     assert not destroyed, destroyed[:1]
+
+
+class _SlowUpstream:
+    """A loopback HTTP server that reads each request's head, then answers 200 after ``delay_s``
+    (or never, while ``hold`` is set), counting the requests it got."""
+
+    def __init__(self, delay_s: float) -> None:
+        import socket
+        import threading
+
+        self.delay_s = delay_s
+        self.hold = threading.Event()
+        self.paths: list[str] = []
+        self.server = socket.create_server(("127.0.0.1", 0))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn) -> None:  # type: ignore[no-untyped-def]
+        import time
+
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                head += chunk
+            self.paths.append(head.split(b" ")[1].decode())
+            time.sleep(self.delay_s)
+            while self.hold.is_set():
+                time.sleep(0.02)
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+
+
+def _get(port: int, path: str) -> bytes:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        reply = b""
+        while chunk := sock.recv(4096):
+            reply += chunk
+        return reply
+
+
+def test_the_guard_refuses_over_its_cap_with_json_and_always_passes_monitoring():
+    """With 3 places, 8 requests at once: 3 reach the upstream, 5 get a JSON 503 overloaded with
+    Retry-After and never reach it; /metrics, asked meanwhile, still passes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fusion_ray.serve.guard import GuardConfig, HeaderGuard, start_guard
+    from tests.procs import free_port
+
+    upstream = _SlowUpstream(delay_s=1.0)
+    port = free_port()
+    guard = HeaderGuard(upstream.server.getsockname(), GuardConfig(max_requests=3, ops_reserve=2, retry_after_s=4))
+    start_guard(guard, "127.0.0.1", port)
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(pool.map(lambda _: _get(port, "/v1/swap"), range(8)))
+        assert _get(port, "/metrics").startswith(b"HTTP/1.1 200")  # while the swaps are held upstream
+    ok = [r for r in replies if r.startswith(b"HTTP/1.1 200")]
+    refused = [r for r in replies if r.startswith(b"HTTP/1.1 503")]
+    assert len(ok) == 3 and len(refused) == 5
+    assert all(_json_error(r) == "overloaded" and b"retry-after: 4" in r for r in refused)
+    assert upstream.paths.count("/v1/swap") == 3 and guard.refused == 5
+    upstream.server.close()
+
+
+def test_a_stopping_guard_refuses_new_requests_and_answers_those_left_waiting():
+    """drain(): a new request gets a JSON 503 shutting_down; refuse_waiting(): a request the
+    upstream has not begun to answer gets the same 503, and the guard has none in flight after."""
+    import threading
+    import time
+
+    from fusion_ray.serve.guard import GuardConfig, HeaderGuard, start_guard
+    from tests.procs import free_port
+
+    upstream = _SlowUpstream(delay_s=0.0)
+    upstream.hold.set()
+    port = free_port()
+    guard = HeaderGuard(upstream.server.getsockname(), GuardConfig())
+    start_guard(guard, "127.0.0.1", port)
+    waiting: list[bytes] = []
+    thread = threading.Thread(target=lambda: waiting.append(_get(port, "/v1/swap")))
+    thread.start()
+    deadline = time.monotonic() + 10
+    while guard.in_flight() < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    guard.drain()
+    new = _get(port, "/v1/swap")
+    assert new.startswith(b"HTTP/1.1 503") and _json_error(new) == "shutting_down"
+    assert not guard.wait_idle(0.2)  # the held request is still in flight
+    guard.refuse_waiting()
+    thread.join(10)
+    assert waiting and waiting[0].startswith(b"HTTP/1.1 503") and _json_error(waiting[0]) == "shutting_down"
+    assert guard.in_flight() == 0
+    upstream.hold.clear()
+    upstream.server.close()

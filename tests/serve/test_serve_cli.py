@@ -284,6 +284,7 @@ def test_a_stop_after_stalled_uploads_through_the_guard_is_bounded(tmp_path, mod
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=120)
         took = time.monotonic() - signalled
+        answers = [_until_closed(sock) for sock in held]
     finally:
         for sock in held:
             sock.close()
@@ -297,6 +298,18 @@ def test_a_stop_after_stalled_uploads_through_the_guard_is_bounded(tmp_path, mod
     assert proc.returncode == 0 or (proc.returncode == 1 and "exiting now with status 1" in stderr), stderr[-3000:]
     own = "\n".join(line for line in stderr.splitlines() if not line.lstrip("\x1b[0123456789m").startswith("("))
     assert "Traceback" not in own, own[own.find("Traceback") - 300:][:4000]  # the command's, not a replica's
+    # the stalled uploads were never answered by the application: the guard answers them before it goes
+    for reply in answers:
+        assert reply.startswith(b"HTTP/1.1 503") and b'"shutting_down"' in reply, reply[:300]
+
+
+def _until_closed(sock: socket.socket) -> bytes:
+    sock.settimeout(5)
+    reply = b""
+    with contextlib.suppress(OSError):
+        while chunk := sock.recv(4096):
+            reply += chunk
+    return reply
 
 
 @pytest.mark.parametrize(("configured", "host", "public"), [
