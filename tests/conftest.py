@@ -82,7 +82,7 @@ def models_config(standin_dir: Path, scrfd_path: Path):  # type: ignore[no-untyp
 @pytest.fixture(scope="session")
 def rows_models_config(standin_dir: Path, scrfd_path: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """ModelsConfig over STAND-INs (generated, labelled, not real weights) of every swapper,
-    embedding converter and enhancer row of issue 18, the standard stand-ins and the real SCRFD."""
+    embedding converter and enhancer row of the registry, the standard stand-ins and the real SCRFD."""
     from fusion_ray.config import ModelsConfig
     from fusion_ray.fsutil import atomic_write_bytes
     from fusion_ray.models.hashes import write_hash_record

@@ -45,7 +45,7 @@ K8S_CHANGES = (
      "enhancer: {num_replicas: 1, num_cpus: 0.25, num_gpus: 0.5,"),
     ("      placement: auto\n", "      placement: split\n"),
 )
-# The standard AWS variables object storage is configured from (issue 12); AWS_DEFAULT_REGION
+# The standard AWS variables object storage is configured from; AWS_DEFAULT_REGION
 # repeats AWS_REGION for SDKs that read only that name.
 AWS_VARIABLES = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_DEFAULT_REGION",
                  "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"}

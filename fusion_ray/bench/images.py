@@ -1,4 +1,4 @@
-"""Many images: the dataset job against insightface's own loop over the same files (issue 12).
+"""Many images: the dataset job against insightface's own loop over the same files.
 
 ``make_image_set`` generates a photo dataset from face photos (each image a random crop,
 scale and mirror of one of them, saved as JPEG); ``insightface_loop`` runs

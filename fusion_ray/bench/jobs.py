@@ -1,4 +1,4 @@
-"""Dataset jobs at scale (issue 12): start-up against item count, resume after ``kill -9``,
+"""Dataset jobs at scale: start-up against item count, resume after ``kill -9``,
 object storage against local files, one job against one command per video.
 
 Every job here is a ``fusion-ray job`` process joining one Ray cluster (``address``), as on a

@@ -1,4 +1,4 @@
-"""The mask steps' cost through the chain (issue 18): the engine over a photo with the box mask
+"""The mask steps' cost through the chain: the engine over a photo with the box mask
 alone, with area + mouth masks (REAL dlib_68 landmarker) and with occlusion + region masks (xseg
 and BiSeNet STAND-INS: their timings are a stand-in's, not the real models'). The classic swapper
 and the real SCRFD detector; no Ray. One row per setting: each step's mean ms per frame."""

@@ -11,8 +11,8 @@ FP32, or 0.513 and 0.454 (both seen on generated collages), is extra there, a co
 the threshold rather than a face FP32 does not see. The reference detections must then be made
 at a threshold of at most 0.4.
 
-Issue 19's bar: recall >= 99%, IoU mean >= 0.95 and min >= 0.85, landmark error <= 1%, no
-extra face (:data:`ISSUE_19_THRESHOLDS`).
+The INT8 detector's quality bar: recall >= 99%, IoU mean >= 0.95 and min >= 0.85, landmark error <= 1%, no
+extra face (:data:`INT8_DETECTOR_BAR`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Thresholds:
     max_extra_faces: int = 0
 
 
-ISSUE_19_THRESHOLDS = Thresholds()
+INT8_DETECTOR_BAR = Thresholds()
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class Comparison:
     def recall(self) -> float:
         return self.matched / self.reference_faces if self.reference_faces else 1.0
 
-    def failures(self, limits: Thresholds = ISSUE_19_THRESHOLDS) -> list[str]:
+    def failures(self, limits: Thresholds = INT8_DETECTOR_BAR) -> list[str]:
         """What misses ``limits``, one phrase each ([] when everything holds)."""
         checks = [
             (self.recall >= limits.min_recall, f"recall {self.recall:.3f} < {limits.min_recall}"),

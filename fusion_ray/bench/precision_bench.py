@@ -1,4 +1,4 @@
-"""INT8 against FP32 detection: speed per call and quality, in one run (issue 19).
+"""INT8 against FP32 detection: speed per call and quality, in one run.
 
 Speed: the same input tensor (a 640x360 frame on its 640x384 canvas, the real clip's shape)
 through the FP32 and INT8 sessions, alternating call by call so that both see the same load,
@@ -61,7 +61,7 @@ def evaluation_frames(photos: Sequence[Frame], work: Path, *, augmented: int = 2
 
 
 def compare_models(fp32: Path, int8: Path, frames: Sequence[Frame]) -> dict[str, Any]:
-    """Issue 19's figures for ``int8`` against ``fp32`` on ``frames`` (FP32 run at 0.4 so the
+    """The INT8 detector's quality figures for ``int8`` against ``fp32`` on ``frames`` (FP32 run at 0.4 so the
     extra-face margin can be checked)."""
     reference, candidate = detector(fp32, threshold=0.4), detector(int8)
     result = compare_detections([reference.detect(f) for f in frames], [candidate.detect(f) for f in frames])
@@ -71,7 +71,7 @@ def compare_models(fp32: Path, int8: Path, frames: Sequence[Frame]) -> dict[str,
 
 def roi_quality(fp32: Path, int8: Path, frames: Sequence[Frame], *, canvases: Sequence[int] = (192, 320),
                 growth: float = 1.6) -> list[dict[str, Any]]:
-    """Issue 19's figures on the crops that tracking re-detects faces in (``roi_for`` around each
+    """The same figures on the crops that tracking re-detects faces in (``roi_for`` around each
     FP32 face, ``growth`` x its longest side, at least the canvas), run on square canvases."""
     full = detector(fp32)
     crops = []

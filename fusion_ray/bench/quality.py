@@ -1,4 +1,4 @@
-"""Benchmarks of issue 18's building blocks: pixel boost batched against batch-1 tile calls, and
+"""Benchmarks of the mask and pixel-boost building blocks: pixel boost batched against batch-1 tile calls, and
 each mask's cost per face.
 
 Pixel boost runs the inswapper STAND-IN (``light`` or ``cost_faithful``, made batch-dynamic by

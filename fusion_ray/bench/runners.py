@@ -1,4 +1,4 @@
-"""The local runner against the Ray runner, side by side, as a user runs them (issue 17).
+"""The local runner against the Ray runner, side by side, as a user runs them.
 
 Each run is a ``fusion-ray job --runner local|ray`` process on the same files, the real SCRFD
 detector and the classic swapper, with the default engine settings (tracking on): its wall time

@@ -1,4 +1,4 @@
-"""``fusion-ray bench-pixel-boost | bench-masks | bench-mask-pictures | bench-mask-chain``: issue 18's building blocks (no Ray).
+"""``fusion-ray bench-pixel-boost | bench-masks | bench-mask-pictures | bench-mask-chain``: the mask and pixel-boost building blocks (no Ray).
 
 Each prints one JSON line per measurement (:mod:`fusion_ray.bench.quality`).
 """

@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("directory", type=Path)
     p.add_argument("--variant", choices=["light", "cost_faithful"], default="light")
     p.add_argument("--quality", action="store_true",
-                   help="also issue 18's models (landmarker, occluders, parsers, swappers, enhancers; light only)")
+                   help="also the optional models (landmarkers, occluders, parsers, swappers, enhancers; light only)")
     p.set_defaults(run=run_make_standins)
 
 

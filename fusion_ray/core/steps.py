@@ -14,7 +14,7 @@ its model wrapper, one config field in ``enabled``), with no runner touched.
 
 Per-face masks: a mask step adds its mask to the faces (``FaceBatch.with_mask``, combined by
 element-wise minimum); paste blends through the result: the crop layouts' box masks (the swap's
-and the enhancer's) and issue 18's area, mouth, occlusion and region masks
+and the enhancer's) and the area, mouth, occlusion and region masks
 (:mod:`fusion_ray.core.quality_steps`, with the 68-point ``landmark`` step they read).
 
 ``Rows`` are what the steps read per frame and never change: each frame's selection and source
@@ -272,7 +272,7 @@ STEPS: tuple[Step, ...] = (
     Step("enhance_mask", "enhance_mask", enhance_mask_step, ("crops",), ("masks",), enabled=_enhancing),
     Step("paste_enhanced", "paste_enhanced", paste_enhanced_step, ("frame", "crops", "masks"), ("frame",),
          enabled=_enhancing),
-    # issue 18: the 68-point landmarks (after select, so align cuts the crop on their 5 points) and the masks
+    # the 68-point landmarks (after select, so align cuts the crop on their 5 points) and the masks
     Step("landmark", "select", landmark_step, ("frame", "faces"), ("faces", "landmarks_68"), model="landmarker",
          enabled=lambda cfg: cfg.landmarker.model != "none"),
     Step("area_mask", "target_mask", area_mask_step, ("crops", "landmarks_68"), ("masks",),

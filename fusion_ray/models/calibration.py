@@ -5,7 +5,7 @@ the calibration frames must look like what the detector meets: faces of many siz
 filling a portrait photo, a dozen small faces in a group shot), turned heads, dark and bright
 light, several faces per frame, and the canvases real frames give (``fit``: 640x384 for
 16:9, 384x640 for portrait, 640x640 for square). A few photos do not cover that: calibrated on
-the three shared photos alone, INT8 SCRFD found 63 of the 71 faces FP32 finds (issue 19).
+the three shared photos alone, INT8 SCRFD found 63 of the 71 faces FP32 finds.
 
 :func:`calibration_frames` turns a few photos into a varied set: each photo as it is, then
 deterministic augmentations (scale, rotation, flip, brightness/contrast/gamma, blur, grey)

@@ -1,4 +1,4 @@
-"""FP16 copies of models without a published fp16 export, for CUDA (issue 19).
+"""FP16 copies of models without a published fp16 export, for CUDA.
 
 ONNX Runtime's own converter (``onnxruntime.transformers.float16``) turns weights and compute
 to fp16 and keeps the inputs and outputs float32 (``keep_io_types``), so the wrappers feed and

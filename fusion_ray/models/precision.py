@@ -3,7 +3,7 @@
 ``resolve_precision`` turns a requested precision (``auto|fp32|fp16|int8``) into the one that
 can run on the session's providers:
 
-- ``auto``: INT8 for the detector on CPU (issue 19); FP16 on TensorRT (an fp16 engine from the
+- ``auto``: INT8 for the detector on CPU; FP16 on TensorRT (an fp16 engine from the
   fp32 file, when ``runtime.tensorrt_fp16``) and on CUDA (the registry's fp16 export,
   ``inswapper_128_fp16``, when present, else a converted copy, :mod:`fusion_ray.models.fp16`);
   FP32 otherwise.

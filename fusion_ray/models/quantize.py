@@ -1,13 +1,13 @@
 """INT8 copies of the detector, made with ONNX Runtime's static quantisation and cached.
 
-Recipe (issue 19's trial, and ONNX Runtime's documented path for CNNs on CPU): convert the
+Recipe (the INT8 detector's trial, and ONNX Runtime's documented path for CNNs on CPU): convert the
 graph to opset 13 (the insightface export is opset 11; per-channel QDQ needs the axis
 attribute of QuantizeLinear that opset 13 brought), then ``quantize_static`` in QDQ format,
 per-channel signed INT8 weights, unsigned INT8 activations, MinMax ranges from calibration
 tensors made by :mod:`fusion_ray.models.calibration`, and the nine output heads (the Conv
 that makes each score, box and landmark output, and what follows it) left in float. Measured
 in BENCHMARKS.md section 13: calibrated on the three photos alone with the heads quantised,
-recall was 31% (the issue's trial saw 63 of 71); with the heads in float it was 100% from the
+recall was 31% (the trial saw 63 of 71); with the heads in float it was 100% from the
 same three photos, so a user's weak calibration set cannot cost recall. The price is speed:
 2.3x faster than FP32 per call instead of 2.7x.
 

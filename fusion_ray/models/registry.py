@@ -91,7 +91,7 @@ def model_names() -> tuple[str, ...]:
 
 
 def optional_specs() -> tuple[ModelSpec, ...]:
-    """The models outside the standard set: issue 18's landmarkers, occluders, parsers, swappers,
+    """The models outside the standard set: the landmarkers, occluders, parsers, swappers,
     embedding converters and enhancers."""
     return _OPTIONAL
 

@@ -1,4 +1,4 @@
-"""Registry rows of issue 18's quality models: landmarkers, occluders and face parsers.
+"""Registry rows of the quality models: landmarkers, occluders and face parsers.
 
 Facts from FaceFusion 3.8.1's model sets (``face_landmarker.py``, ``face_masker.py``; DESIGN.md
 section 10). The ONNX files are release assets of ``github.com/facefusion/facefusion-assets``

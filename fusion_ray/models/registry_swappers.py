@@ -1,4 +1,4 @@
-"""Registry rows of issue 18's swappers, embedding converters and enhancers (FaceFusion 3.8.1).
+"""Registry rows of the optional swappers, embedding converters and enhancers (FaceFusion 3.8.1).
 
 Facts from FaceFusion's ``face_swapper`` and ``face_enhancer`` model sets (DESIGN.md section 10),
 read for facts: release, template, size, mean/std, how the source goes in, the output mapping

@@ -47,7 +47,7 @@ class ModelSpec:
     licence: str
     licence_url: str
     approx_size_mb: float
-    """Approximate file size; 0 when not known here (issue 18's rows whose files were not seen)."""
+    """Approximate file size; 0 when not known here (optional rows whose files were not seen)."""
     description: str
     layout: Layout = "NCHW"
     """Image input layout (FaceFusion's xseg occluders take NHWC)."""
@@ -68,8 +68,8 @@ class ModelSpec:
     weight_input: bool = False
     """Enhancers with an optional ``weight`` input (float64, shape (1,))."""
     default_set: bool = True
-    """Part of the standard set (``all_specs``, downloaded by ``models download``); the quality
-    models of issue 18 are found by name (``get_spec``) and listed by ``optional_specs``."""
+    """Part of the standard set (``all_specs``, downloaded by ``models download``); the optional
+    models (quality models, swappers, enhancers) are found by name (``get_spec``) and listed by ``optional_specs``."""
     fp16_form: str | None = None
     """Registry name of this model's fp16 export, used at precision fp16 on CUDA."""
 

@@ -1,4 +1,4 @@
-"""Wrappers driven by registry rows: issue 18's swappers and their embedding converters.
+"""Wrappers driven by registry rows: the optional swappers and their embedding converters.
 
 Everything model-specific comes from the :class:`ModelSpec` (template, size, mean/std, source
 form, converter, output range, weight input), with FaceFusion 3.8.1's processing (read for
@@ -70,7 +70,7 @@ def source_crop_blob(source_crops: np.ndarray, size: int) -> FloatArray:
 
 
 class SpecSwapper(CropModel):
-    """A swapper of issue 18 (hyperswap, simswap, ghost, hififace, blendswap, uniface) from its row."""
+    """An optional swapper (hyperswap, simswap, ghost, hififace, blendswap, uniface) from its row."""
 
     def __init__(self, session: ort.InferenceSession, spec: ModelSpec,
                  converter: EmbeddingConverter | None = None) -> None:

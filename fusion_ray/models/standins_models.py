@@ -1,4 +1,4 @@
-"""Stand-ins of issue 18's swappers, embedding converters and enhancers, built from their rows.
+"""Stand-ins of the optional swappers, embedding converters and enhancers, built from their rows.
 
 NOT real models (see :mod:`fusion_ray.models.standins`): each has the real model's input and
 output names, layout, sizes and value ranges as its registry row gives them, with a batch

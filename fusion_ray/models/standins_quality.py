@@ -1,4 +1,4 @@
-"""Stand-ins for issue 18's ONNX models: 2dfan4, xseg_1/2/3, bisenet_resnet_18/34 here, and the
+"""Stand-ins for the quality models' ONNX files: 2dfan4, xseg_1/2/3, bisenet_resnet_18/34 here, and the
 swappers, embedding converters and enhancers from their registry rows (:mod:`standins_models`).
 
 Like :mod:`fusion_ray.models.standins`: small deterministic graphs with the real models' input

@@ -51,7 +51,7 @@ def test_unknown_model_is_a_clear_error(argv, capsys, tmp_path):
     assert "nope" in capsys.readouterr().err
 
 
-def test_make_standins_quality_writes_issue_18s_models_labelled(tmp_path, capsys):
+def test_make_standins_quality_writes_the_optional_models_labelled(tmp_path, capsys):
     from fusion_ray.models.standins import read_stand_in_label
     from fusion_ray.models.standins_quality import QUALITY_STANDIN_NAMES
 

@@ -1,4 +1,4 @@
-"""A ``kill -9`` of a command that started a local Ray leaves no Ray process behind (issue 13).
+"""A ``kill -9`` of a command that started a local Ray leaves no Ray process behind.
 
 ``fusion-ray swap`` on a video and ``fusion-ray job`` start a local Ray; killed mid-job, its Ray
 processes must be gone within seconds (the reaper, :mod:`fusion_ray.cli.reaper`, ends them). Runs the command in a

@@ -1,4 +1,4 @@
-"""ModelSet and the swapper / enhancer rows (issue 18): converters loaded and labelled, the
+"""ModelSet and the swapper / enhancer rows: converters loaded and labelled, the
 enhancer weight passed down, and one-line errors for missing files and unknown names. On
 STAND-INs (labelled, not real models)."""
 

@@ -1,4 +1,4 @@
-"""The 68-point landmark step and the mask steps (issue 18) on the one chain: hand cases, then the
+"""The 68-point landmark step and the mask steps on the one chain: hand cases, then the
 real photos with the classic swapper and the REAL dlib_68 landmarker; occlusion and region run on
 STAND-IN models (generated, labelled: their masks are not real ones)."""
 

@@ -1,4 +1,4 @@
-"""The swap backends (issue 18): pixel boost on the inswapper (the crop at k x 128, every tile of every
+"""The swap backends: pixel boost on the inswapper (the crop at k x 128, every tile of every
 face in one batched model call), and every other swapper row through SpecBackend. On STAND-INs
 (labelled: not real swaps)."""
 

@@ -1,4 +1,4 @@
-"""Stand-ins of issue 18's models: labelled, with the real interfaces (names, shapes, layouts, ranges)."""
+"""Stand-ins of the quality models: labelled, with the real interfaces (names, shapes, layouts, ranges)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The one private Ray attribute fusion_ray uses, held to its behaviour so a Ray upgrade that breaks
-it fails here (issue 17): ``Dataset._logical_plan`` in :func:`fusion_ray.pipeline.stream.one_row_blocks`,
+it fails here: ``Dataset._logical_plan`` in :func:`fusion_ray.pipeline.stream.one_row_blocks`,
 which gives the repartition's tasks a fractional CPU (Ray Data has no public argument for it)."""
 
 import re

@@ -26,9 +26,9 @@ FPS = Fraction(30000, 1001)
 
 
 AREA_AND_MOUTH = MaskConfig(types=["box", "area"], areas=["lower-face", "mouth"], mouth_mask=True)
-"""Area and mouth masks (issue 18), on the REAL dlib_68 landmarker."""
+"""Area and mouth masks, on the REAL dlib_68 landmarker."""
 OCCLUSION_AND_REGION = MaskConfig(types=["box", "occlusion", "region"], regions=["skin", "nose", "mouth"])
-"""Occlusion and region masks (issue 18), on xseg_1 / bisenet_resnet_34 STAND-INS."""
+"""Occlusion and region masks, on xseg_1 / bisenet_resnet_34 STAND-INS."""
 
 
 def engine_config(scrfd: Path, *, tracking: bool = False, masks: MaskConfig | None = None,

@@ -99,7 +99,7 @@ def test_sigterm_stops_serve_cleanly_from_any_folder(tmp_path, models_config, im
 
 def _register(url: str, image: bytes) -> str:
     """A source id; retried: the first POST right after start-up was once answered by a closed
-    connection (seen twice on this 2-core host, not understood yet; see the report of issue 21)."""
+    connection (seen twice on this 2-core host, not understood yet)."""
     answers = []
     for _ in range(3):
         try:
@@ -261,7 +261,7 @@ Measured: 13 s to 20 s (the watchdog once) on this 2-core host."""
 
 
 def test_a_stop_after_stalled_uploads_through_the_guard_is_bounded(tmp_path, models_config):
-    """Issue 21's leftover: stalled uploads through the header guard (8 held, a 9th refused, all
+    """Stalled uploads through the header guard (8 held, a 9th refused, all
     closed, as in the guard test; then 2 more left open), then SIGTERM: the command exits within
     ``drain_timeout_s`` + a few seconds (once, in a full CI run, it had not exited 120 s after)."""
     port = free_port()
