@@ -7,12 +7,8 @@ runner and the Ray Data stages run the same steps on batches.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.core import chain, identity
@@ -25,7 +21,7 @@ from fusion_ray.core.swapper import SwapBackend
 from fusion_ray.models.store import ModelStore
 from fusion_ray.types import Embedding, Face, Frame, SourceIdentity, check_frame
 
-__all__ = ["Component", "Engine", "FrameResult", "ModelInfo", "required_components", "timed"]
+__all__ = ["Component", "Engine", "FrameResult", "ModelInfo", "required_components"]
 
 
 @dataclass
@@ -36,16 +32,6 @@ class FrameResult:
     faces_detected: int
     faces_swapped: int
     timings_ms: dict[str, float] = field(default_factory=dict)
-
-
-@contextmanager
-def timed(timings: dict[str, float], stage: str) -> Iterator[None]:
-    """Add the block's wall time in ms to ``timings[stage]``."""
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        timings[stage] = timings.get(stage, 0.0) + (time.perf_counter() - start) * 1000.0
 
 
 class Engine:
@@ -87,16 +73,6 @@ class Engine:
     def detect(self, frame: Frame) -> list[Face]:
         """Faces in the frame by descending score; [] when there is none."""
         return self.models.need_detector().detect(frame)
-
-    def swap_crops(self, crops: np.ndarray, identities: SourceIdentity | Sequence[SourceIdentity]) -> np.ndarray:
-        """Swap a batch of target crops; one identity for all or one per crop."""
-        rows = [identities] * len(crops) if isinstance(identities, SourceIdentity) else list(identities)
-        if len(rows) != len(crops):
-            raise ValueError(f"expected one identity per crop ({len(crops)}), got {len(rows)}")
-        backend = self.backend
-        for row in rows:
-            backend.check_identity(row)
-        return backend.swap(crops, rows)
 
     def prepare_source(self, images: Sequence[Frame], names: Sequence[str] | None = None) -> SourceIdentity:
         """Embed the largest face of each source image once; several images average into one identity."""

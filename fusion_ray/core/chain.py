@@ -1,7 +1,7 @@
 """The typed swap chain on frames and :class:`FaceBatch` values.
 
-``detect_select_align`` -> ``swap`` -> ``paste`` (-> ``align_for_enhance`` -> ``enhance`` ->
-``paste``). The engine, the Ray Data stage adapters and the Serve deployments all call these.
+``detect_faces`` -> ``select`` -> ``align`` -> ``swap`` -> ``paste`` (-> ``align_for_enhance`` ->
+``enhance`` -> ``paste``). The steps of :mod:`fusion_ray.core.steps` call these; the runners run the steps.
 
 Two kinds of failure: an input-specific one (a malformed frame, an unknown source) marks its
 frame in ``errors`` and the batch goes on; a fatal one (see :func:`fusion_ray.errors.is_fatal`:
@@ -75,29 +75,6 @@ def guarded(errors: list[str], row: int, stage: str, call: Callable[[], T], fall
         return fallback
 
 
-@dataclass(frozen=True)
-class Detections:
-    """What detection found: the selected faces (cropped) and how many faces each frame had."""
-
-    faces: FaceBatch
-    faces_detected: np.ndarray
-
-
-def detect_select(detector: ScrfdDetector, frames: Sequence[Frame], errors: list[str],
-                  selections: Sequence[Selection], *, embedder: ArcFaceEmbedder | None = None,
-                  source_ids: Sequence[str] | None = None) -> Detections:
-    """Detect each healthy frame, (embed for reference selection,) and select its faces."""
-    detected = np.zeros(len(frames), np.int32)
-    chosen: list[list[Face]] = []
-    for row, frame in enumerate(frames):
-        none: tuple[int, list[Face]] = (0, [])
-        one = partial(_detect_one, detector, embedder, frame, selections[row])
-        found, picked = guarded(errors, row, "detect", one, none) if not errors[row] else none
-        detected[row] = found
-        chosen.append(picked)
-    return Detections(FaceBatch.from_faces(chosen, source_ids), detected)
-
-
 def detect_faces(detector: ScrfdDetector, frames: Sequence[Frame], errors: list[str], rows: Sequence[int],
                  selections: Sequence[Selection], *, embedder: ArcFaceEmbedder | None = None
                  ) -> dict[int, list[Face]]:
@@ -128,25 +105,6 @@ def select(found: Mapping[int, Sequence[Face]], selections: Sequence[Selection],
     caller (a frame whose selection fails is marked in ``errors`` and has none)."""
     return {row: guarded(errors, row, "select", partial(selections[row].choose, faces), [])
             for row, faces in found.items() if not errors[row]}
-
-
-def _detect_one(detector: ScrfdDetector, embedder: ArcFaceEmbedder | None, frame: Frame,
-                selection: Selection) -> tuple[int, list[Face]]:
-    faces = detector.detect(check_frame(np.asarray(frame)))
-    if faces and selection.mode == "reference":
-        if embedder is None:
-            raise ValueError("reference selection needs the embedder")
-        faces = identity.embed_faces(embedder, frame, faces)
-    return len(faces), selection.choose(faces)
-
-
-def detect_select_align(detector: ScrfdDetector, frames: Sequence[Frame], errors: list[str],
-                        selections: Sequence[Selection], layout: CropLayout, *,
-                        embedder: ArcFaceEmbedder | None = None,
-                        source_ids: Sequence[str] | None = None) -> Detections:
-    """:func:`detect_select`, then the swap crops of the selected faces (:func:`align`)."""
-    found = detect_select(detector, frames, errors, selections, embedder=embedder, source_ids=source_ids)
-    return Detections(align(frames, found.faces, layout, errors, "detect"), found.faces_detected)
 
 
 def align(frames: Sequence[Frame], faces: FaceBatch, layout: CropLayout, errors: list[str],

@@ -148,9 +148,3 @@ class LiveConfig(_Config):
                              f"below max_message_bytes ({self.max_message_bytes}), the transport's cap: an "
                              "oversized frame is then dropped as too_large, not the connection closed (1009)")
         return self
-
-    def memory_bound_bytes(self) -> int:
-        """The bound of the module docstring, in bytes."""
-        per_stream = (self.queue_depth + self.send_queue) * self.max_frame_bytes + self.max_message_bytes
-        per_stream += self.stream_inflight * (self.max_frame_bytes + 6 * 3 * self.max_frame_pixels)
-        return self.max_streams * per_stream

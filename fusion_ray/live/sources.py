@@ -36,11 +36,6 @@ class JpegClip:
         self.loop = loop
         self._next = 0
 
-    @classmethod
-    def of_frames(cls, frames: Sequence[np.ndarray], fps: float, quality: int = DEFAULT_QUALITY,
-                  loop: bool = True) -> JpegClip:
-        return cls([encode_frame(f, quality) for f in frames], fps, loop=loop)
-
     def read(self) -> bytes | None:
         if self._next >= len(self.frames):
             if not self.loop:

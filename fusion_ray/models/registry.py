@@ -85,11 +85,6 @@ def all_specs() -> tuple[ModelSpec, ...]:
     return _SPECS
 
 
-def model_names() -> tuple[str, ...]:
-    """The registered model names, in the order of :func:`all_specs`."""
-    return tuple(spec.name for spec in _SPECS)
-
-
 def optional_specs() -> tuple[ModelSpec, ...]:
     """The models outside the standard set: the landmarkers, occluders, parsers, swappers,
     embedding converters and enhancers."""

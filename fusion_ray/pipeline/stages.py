@@ -46,8 +46,6 @@ from fusion_ray.types import Embedding, SourceIdentity
 
 Batch = dict[str, Any]
 DEFAULT_SOURCE_ID = "default"
-FACE_INPUTS = FACE_COLUMNS
-"""The face columns a cropped FaceBatch has."""
 READ_FACE_COLUMNS = FACE_COLUMNS[:4]
 """The face columns before crops are cut (what a tracking read task fills)."""
 
@@ -184,9 +182,8 @@ class ChainStage(Stage):
     the per-frame counters, and the faces while a later stage still reads them (the faces retire
     with the last stage that does).
 
-    Optional per-row columns ``select_mode`` and ``face_index`` override the configured
-    selection (``all``, ``largest`` or ``index``) for that row; ``source_id`` names each row's
-    identity in ``identities`` (a job's sources, embedded once on the driver).
+    Every row is selected as configured; its ``source_id`` names its identity in
+    ``identities`` (a job's sources, embedded once on the driver).
 
     ``tracked=True``: the read tasks tracked the videos' faces (``read_unit`` with tracking): a
     row marked ``tracked`` brings its selected faces in the face columns, and detect and select
@@ -240,12 +237,7 @@ class ChainStage(Stage):
         super().__init__(_threads(cpu_budget))
 
     def _rows(self, batch: Batch, n: int) -> Rows:
-        if "select_mode" in batch:
-            # A per-row 'reference' has no reference embedding: select_faces rejects that row.
-            indices = batch["face_index"] if "face_index" in batch else [0] * n
-            selections = [chain.Selection(str(batch["select_mode"][row]), int(indices[row])) for row in range(n)]
-        else:
-            selections = [self.default] * n
+        selections = [self.default] * n
         given = np.asarray(batch["tracked"], bool) if self.tracked else None
         found = np.asarray(batch["faces_found"], np.int32) if self.tracked else None
         return Rows(selections, source_ids_of(batch, n), self.identities, given, found)

@@ -7,7 +7,6 @@ RayService's ``serveConfigV2``); its application's ``args`` mapping is validated
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -289,11 +288,6 @@ def parse_settings(args: dict[str, Any] | ServeSettings | None, source: str = "s
     if isinstance(args, ServeSettings):
         return args
     return parse_config(dict(args or {}), ServeSettings, source=source)
-
-
-def threads_for(dep: DeploymentSettings) -> int:
-    """Threads a replica's ONNX sessions get (for logs and docs)."""
-    return max(1, math.ceil(dep.threads_budget()))
 
 
 def read_serve_config(path: Path) -> dict[str, Any]:

@@ -16,6 +16,15 @@ from fusion_ray.types import SourceIdentity
 CPU = RuntimeConfig(providers=["cpu"])
 
 
+def _detect_select_align(detector, frames, errors, layout, source_ids=None):
+    """The chain's detect, select ("all") and align functions over ``frames``, as the steps call them."""
+    selections = [chain.Selection("all")] * len(frames)
+    found = chain.detect_faces(detector, frames, errors, range(len(frames)), selections)
+    chosen = chain.select(found, selections, errors)
+    faces = FaceBatch.from_faces([chosen.get(r, []) for r in range(len(frames))], source_ids)
+    return found, chain.align(frames, faces, layout, errors, "align")
+
+
 @pytest.fixture(scope="module")
 def photos(images_dir):
     return {n: read_image(images_dir / f"{n}.jpg").frame for n in ("obama", "biden", "obama_and_biden")}
@@ -37,10 +46,9 @@ def test_a_bad_frame_is_marked_and_the_others_go_on(models_config, photos):
     models = ModelSet.load(cfg, ["detector"], cpu_budget=1)
     errors = ["", "", ""]
     frames = [photos["obama"], np.zeros((10, 10), np.uint8), photos["obama_and_biden"]]
-    found = chain.detect_select_align(models.need_detector(), frames, errors, [chain.Selection("all")] * 3,
-                                      swap_layout(cfg))
+    found, faces = _detect_select_align(models.need_detector(), frames, errors, swap_layout(cfg))
     assert errors[0] == "" and errors[1].startswith("detect: ValueError") and errors[2] == ""
-    assert found.faces_detected.tolist() == [1, 0, 3] and found.faces.counts(3).tolist() == [1, 0, 3]
+    assert {r: len(f) for r, f in found.items()} == {0: 1, 1: 0, 2: 3} and faces.counts(3).tolist() == [1, 0, 3]
 
 
 def test_a_model_failure_of_the_whole_batch_raises_instead_of_retrying_rows(models_config):
@@ -63,10 +71,10 @@ def test_unknown_or_unusable_sources_mark_only_their_frames(models_config, photo
     assert isinstance(backend, ClassicBackend)
     errors = ["", "", ""]
     frames = [photos["obama"]] * 3
-    found = chain.detect_select_align(models.need_detector(), frames, errors, [chain.Selection("all")] * 3,
-                                      backend.layout, source_ids=["ok", "nope", "empty"])
+    _, faces = _detect_select_align(models.need_detector(), frames, errors, backend.layout,
+                                    source_ids=["ok", "nope", "empty"])
     broken = SourceIdentity(embedding=None, latent=None, crop=None, num_images=1)  # no crop for classic
-    swapped = chain.swap(backend, found.faces, {"ok": source, "empty": broken}, errors)
+    swapped = chain.swap(backend, faces, {"ok": source, "empty": broken}, errors)
     assert errors[0] == "" and "unknown source_id 'nope'" in errors[1] and "source crop" in errors[2]
     assert swapped.frame_index.tolist() == [0]
 
