@@ -1,4 +1,4 @@
-"""The chain's 68-point landmark step and FaceFusion's per-face mask steps (DESIGN.md section 10).
+"""The chain's 68-point landmark step and FaceFusion's per-face mask steps (docs/ARCHITECTURE.md).
 
 Each is a step function of :mod:`fusion_ray.core.steps` (declared there in ``STEPS`` with its
 phase, model and ``enabled(cfg)``):

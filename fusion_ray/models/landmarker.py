@@ -10,7 +10,7 @@ threshold (:func:`fusion_ray.ops.landmarks.alignment_points`).
   package ships it, run by the prebuilt ``dlib-bin`` wheel (the ``landmarks`` extra). Fitted
   inside each detector box; dlib gives no confidence, so the score is the agreement of its 68
   points with the detector's 5 (:func:`fusion_ray.ops.landmarks.consistency_score`).
-- ``2dfan4``: FaceFusion's processing (DESIGN.md section 10): 256 px crop scaled and rotated
+- ``2dfan4``: FaceFusion's processing (``face_landmarker.py``): 256 px crop scaled and rotated
   from the box, BGR / 255 NCHW into ``input``; outputs ``(N, 68, 3)`` points in 64 px heatmap
   units and ``(N, 68, 64, 64)`` heatmaps, found by rank (their names are not known here).
   Every face of a batch goes through in batched calls.

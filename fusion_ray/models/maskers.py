@@ -1,6 +1,6 @@
 """Model masks: the xseg occluders and the BiSeNet face parsers, batched over crops.
 
-FaceFusion 3.8.1's processing (``face_masker.py``; DESIGN.md section 10), read for facts:
+FaceFusion 3.8.1's processing (``face_masker.py``), read for facts:
 
 - occlusion (``xseg_1/2/3``), on the TARGET crop before the swap: the crop resized to 256x256,
   BGR kept, / 255, NHWC ``(N, 256, 256, 3)`` into ``input``; the output ``(N, 256, 256, 1)``

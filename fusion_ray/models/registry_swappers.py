@@ -1,6 +1,6 @@
 """Registry rows of the optional swappers, embedding converters and enhancers (FaceFusion 3.8.1).
 
-Facts from FaceFusion's ``face_swapper`` and ``face_enhancer`` model sets (DESIGN.md section 10),
+Facts from FaceFusion's ``face_swapper`` and ``face_enhancer`` model sets,
 read for facts: release, template, size, mean/std, how the source goes in, the output mapping
 and the licence its model set states. Normalisation is in pixel units as everywhere in the
 registry (FaceFusion's mean 0.5 = 127.5 here). The output of ghost, hififace, hyperswap and

@@ -7,7 +7,7 @@ real models: they detect, recognise, swap and restore nothing. Every stand-in ca
 metadata ``fusion_ray.stand_in = "true"``, ``fusion_ray.stand_in_of = <name>`` and
 ``fusion_ray.variant = "light" | "cost_faithful"`` and says so in its doc string.
 
-Interfaces (from insightface / FaceFusion, see DESIGN.md section 3):
+Interfaces (from insightface / FaceFusion):
 
 - ``arcface_w600k_r50``: ``input.1`` float32 [N, 3, 112, 112] ((x - 127.5) / 127.5, RGB) ->
   ``683`` float32 [N, 512], not L2-normalised (norms about 20). The names ``input.1`` / ``683``

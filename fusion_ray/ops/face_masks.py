@@ -1,6 +1,6 @@
 """Per-face paste masks on crop coordinates (pure functions), combined by element-wise minimum.
 
-FaceFusion 3.8.1's processing (``face_masker.py``; DESIGN.md section 10), read for facts:
+FaceFusion 3.8.1's processing (``face_masker.py``; docs/ARCHITECTURE.md, FaceFusion's conventions), read for facts:
 
 - box: ones, a border of ``max(blur_area, padding%)`` zeroed on each side, then a Gaussian blur
   of sigma ``int(S * 0.5 * blur) * 0.25`` (blur_area = ``max(int(S * 0.5 * blur) // 2, 1)``);

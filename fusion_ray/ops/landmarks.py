@@ -1,7 +1,7 @@
 """68-point landmark geometry (pure functions): 68 -> 5 points, face angle, 2dfan4's crop and score.
 
-Conventions are FaceFusion 3.8.1's (``face_helper.py``, ``face_landmarker.py``; DESIGN.md
-section 10), read for facts:
+Conventions are FaceFusion 3.8.1's (``face_helper.py``, ``face_landmarker.py``), read for
+facts:
 
 - 68 -> 5: the mean of points 36-41 (left eye), the mean of 42-47 (right eye), 30 (nose tip),
   48 and 54 (mouth corners).

@@ -1,6 +1,6 @@
 """Pixel boost (pure functions): swap at k x the model size through k^2 pixel-interleaved tiles.
 
-FaceFusion 3.8.1 (``processors/pixel_boost.py``; DESIGN.md section 10), read for facts: the face
+FaceFusion 3.8.1 (``processors/pixel_boost.py``), read for facts: the face
 is warped at ``k x model size`` (the template scaled), split so that tile ``i * k + j`` is
 ``crop[i::k, j::k]``, each tile is swapped in its own batch-1 call, and the swapped tiles are
 interleaved back. Here every tile of every face goes to the model in one batched call

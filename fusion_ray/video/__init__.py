@@ -1,6 +1,6 @@
 """PyAV video layer under the Ray Data pipeline: probe, plan, decode, encode, join.
 
-DESIGN.md section 5: a video is split at keyframes into segments of a few seconds
+docs/ARCHITECTURE.md, Videos: a video is split at keyframes into segments of a few seconds
 (plan_segments, from packet timestamps only); each segment is decoded on its own
 (decode_segment, a generator), processed, and encoded to a small standalone MP4
 (encode_segment); the segments are joined by stream copy with the source's audio copied in

@@ -1,6 +1,6 @@
 """Encode segments of frames to small standalone files (the join is in fusion_ray.video.join).
 
-DESIGN.md section 5: each segment is encoded on its own as soon as its frames are ready (its
+Each segment is encoded on its own as soon as its frames are ready (its
 first frame a keyframe), at one frame every 1/fps s; join_segments then copies the segments
 into the finished video. Segments are MP4 files: MP4 keeps exact timestamps (the track
 timescale follows 1/fps, e.g. 30000 ticks a second for 29.97).

@@ -1,6 +1,6 @@
 """Join encoded segments by stream copy into the finished video, with the source's audio.
 
-DESIGN.md section 5: the segments (each encoded on its own, its first frame a keyframe, at
+The segments (each encoded on its own, its first frame a keyframe, at
 one frame every 1/fps s) are joined by stream copy in index order, the source's audio
 packets are copied in without re-encoding, and the result is renamed into place. MP4 keeps
 exact timestamps and its H.264 packets are already length-prefixed, so the join is a pure

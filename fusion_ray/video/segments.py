@@ -3,7 +3,7 @@
 The same demuxing pass tells a truncated file (the container declares more frames than its
 packets hold) from one whose edit list hides frames (:func:`find_shortfall`).
 
-A segment is the unit of parallel decode and encode (DESIGN.md section 5). Frame indices are
+A segment is the unit of parallel decode and encode (docs/ARCHITECTURE.md, Videos). Frame indices are
 global and in presentation order: frame i is the packet with the i-th smallest pts.
 """
 

@@ -13,7 +13,7 @@ from fusion_ray.models.registry import get_spec, names_of_kind
 from fusion_ray.models.standins import make_standin
 from tests.models.session_helpers import recording
 
-# FaceFusion 3.8.1's face_enhancer model set (DESIGN.md section 10), apart from the registry: the
+# FaceFusion 3.8.1's face_enhancer model set, apart from the registry: the
 # template and size of each row, and which rows have the 'weight' input.
 FACEFUSION_ENHANCERS = {
     "codeformer": ("ffhq_512", 512, True),

@@ -87,7 +87,7 @@ def test_a_converted_swapper_needs_its_converter() -> None:
         SpecSwapper(_session("hyperswap_1a_256"), get_spec("inswapper_128"))
 
 
-# FaceFusion 3.8.1's face_swapper model set, read for facts (DESIGN.md section 10), written here
+# FaceFusion 3.8.1's face_swapper model set, read for facts, written here
 # apart from the registry so that a wrong row fails: template, size, mean and std in [0, 1] units,
 # and whether the output is de-normalised (x * std + mean) or already in [0, 1].
 HALF = (0.5, 0.5, 0.5)

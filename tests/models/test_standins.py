@@ -22,7 +22,7 @@ from fusion_ray.models.standins import (
     read_stand_in_label,
 )
 
-# The real models' interfaces (DESIGN.md section 3): name -> (inputs, outputs) as
+# The real models' interfaces: name -> (inputs, outputs) as
 # (name, shape without the batch dimension); the batch is symbolic for ArcFace, 1 otherwise.
 INTERFACES = {
     "arcface_w600k_r50": ([("input.1", [3, 112, 112])], [("683", [512])]),
