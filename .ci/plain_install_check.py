@@ -3,7 +3,8 @@
 Run with the plain environment's Python, from the repository root, with ``../shared`` beside it:
 1. imports every module of the package;
 2. runs ``fusion-ray --version`` and every subcommand's ``--help`` (nested ones too);
-3. runs ``fusion-ray bench`` and ``fusion-ray live-bench`` at their smallest size.
+3. runs an old benchmark name's ``--help`` (it still works, with a notice);
+4. runs ``fusion-ray bench pipeline`` and ``fusion-ray bench live`` at their smallest size.
 Any ModuleNotFoundError (or any failure) exits non-zero.
 """
 
@@ -60,16 +61,18 @@ def main() -> None:
     for path in paths:
         run(*path, "--help")
     print(f"plain install: --help of {len(paths)} subcommands")
+    run("live-bench", "--help")
+    print("plain install: an old benchmark name still works")
 
     scrfd = f"scrfd_2.5g={SHARED / 'models' / 'scrfd_2.5g.onnx'}"
     faces = ("--source", str(SHARED / "images" / "biden.jpg"), "--face-image", str(SHARED / "images" / "obama.jpg"))
     with tempfile.TemporaryDirectory() as tmp:
-        run("bench", *faces, "--standins", "light", "--frames", "4", "--size", "160x90", "--detector-size", "320",
+        run("bench", "pipeline", *faces, "--standins", "light", "--frames", "4", "--size", "160x90", "--detector-size", "320",
             "--model", scrfd, "--models-dir", f"{tmp}/models", "--providers", "cpu",
             "--sweep-batches", "1", "--sweep-repeats", "1", "--work-dir", f"{tmp}/work", "--json", f"{tmp}/b.json")
-        run("live-bench", "--source", str(SHARED / "images" / "obama.jpg"), "--streams", "1", "--seconds", "1",
+        run("bench", "live", "--source", str(SHARED / "images" / "obama.jpg"), "--streams", "1", "--seconds", "1",
             "--swapper", "classic", "--model", scrfd, "--providers", "cpu", "--json", f"{tmp}/l.json")
-    print("plain install: bench and live-bench ran")
+    print("plain install: bench pipeline and bench live ran")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Side-by-side throughput experiments (``fusion-ray bench`` and the notebooks).
+"""Side-by-side throughput experiments (``fusion-ray bench NAME`` and the notebooks).
 
 - :func:`run_bench`: the serial loop (one frame at a time, every model at batch 1, as FaceFusion
   runs) on a square and a fitted detector canvas, and the Ray Data pipeline (Ray start-up

@@ -4,7 +4,7 @@
 scale and mirror of one of them, saved as JPEG); ``insightface_loop`` runs
 :mod:`fusion_ray.bench.insightface_loop` with a Python that has insightface, on the same model
 files as the job; ``image_job`` runs ``fusion-ray job``'s code on the files (Ray already
-started, so its wall time excludes Ray's start-up). ``fusion-ray bench-images`` runs them
+started, so its wall time excludes Ray's start-up). ``fusion-ray bench images`` runs them
 side by side.
 """
 

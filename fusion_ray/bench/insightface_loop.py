@@ -1,4 +1,4 @@
-"""insightface's own loop over image files: the baseline of ``fusion-ray bench-images``.
+"""insightface's own loop over image files: the baseline of ``fusion-ray bench images``.
 
 Run with a Python that has ``insightface`` (it is not a fusion_ray dependency; its models are
 non-commercial): ``python insightface_loop.py MODELS_ROOT SWAPPER SOURCE OUT_DIR FILE...``.

@@ -1,4 +1,4 @@
-"""``live-bench``: N simulated camera streams against a live endpoint, next to a Deep-Live-Cam-style loop.
+"""``fusion-ray bench live``: N simulated camera streams against a live endpoint, next to a Deep-Live-Cam-style loop.
 
 - **Streams.** N clients each play the same 640x360 clip at 30 fps (pre-encoded JPEG, so the
   clients cost little) over loopback to any ``ws://.../v1/stream`` (the Serve ingress, or the
@@ -135,7 +135,7 @@ async def _streams(url: str, start: dict[str, Any], jpegs: list[bytes], n: int, 
 
 
 def summarise_streams(n: int, reports: Sequence[ClientReport], deadline_ms: float) -> dict[str, Any]:
-    """One row of the live-bench result: latency, rates, fairness, drops, levels."""
+    """One row of the live benchmark's result: latency, rates, fairness, drops, levels."""
     latencies = [v for r in reports for v in r.latencies_ms]
     rates = [round(r.fps, 2) for r in reports]
     mean = sum(rates) / len(rates) if rates else 0.0

@@ -37,7 +37,7 @@ class VideoSpec:
 
 @dataclass
 class BenchReport:
-    """Everything one ``fusion-ray bench`` run measured."""
+    """Everything one ``fusion-ray bench pipeline`` run measured."""
 
     command: str
     created: str
@@ -102,7 +102,7 @@ class BenchReport:
 
     # ---------------------------------------------------------------- Markdown
     def to_markdown(self) -> str:
-        out: list[str] = ["# fusion-ray bench", ""]
+        out: list[str] = ["# fusion-ray bench pipeline", ""]
         out += [f"Command: `{self.command}`", "", f"Run: {self.created}", ""]
         out += [f"**Models: {self.models.stand_in_summary()}.**", ""]
         out += _machine_lines(self.machine, self.providers_used, self.load_average_at_end)

@@ -72,7 +72,7 @@ class BenchOptions:
     memory_interval_s: float = 0.5
     memory_pss: bool = False
     """Also sample PSS (costly: perturbs throughput; for memory checks)."""
-    command: str = "fusion-ray bench"
+    command: str = "fusion-ray bench pipeline"
 
 
 Progress = Callable[[str], None]

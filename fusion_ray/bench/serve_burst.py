@@ -11,7 +11,7 @@ it started are gone.
 
 What the service promises, checked here: every error is a JSON body; ``/metrics`` is answered on
 every poll; memory is flat after warm-up; no 500 on SIGTERM, and the stop stays bounded.
-``fusion-ray bench-serve-burst`` runs it.
+``fusion-ray bench serve-burst`` runs it.
 """
 
 from __future__ import annotations

@@ -76,11 +76,11 @@ def render_markdown(results: Sequence[dict[str, Any]], url: str, size_wh: tuple[
 
 
 class EchoProcess:
-    """The echo server in a child process (``fusion-ray bench-webrtc --echo-server``), so its
+    """The echo server in a child process (``fusion-ray bench webrtc --echo-server``), so its
     encoders do not share this process's interpreter with the publishers."""
 
     def __init__(self, token: str | None = None, timeout_s: float = 30.0) -> None:
-        command = [sys.executable, "-m", "fusion_ray.cli", "bench-webrtc", "--echo-server", "--port", "0"]
+        command = [sys.executable, "-m", "fusion_ray.cli", "bench", "webrtc", "--echo-server", "--port", "0"]
         if token:
             command += ["--token", token]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)

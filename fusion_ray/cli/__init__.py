@@ -1,5 +1,7 @@
 """The ``fusion-ray`` command. The CLI package is the only place that prints and exits.
 
+Top level: ``swap``, ``job``, ``live``, ``serve``, ``detect``, ``models`` and ``bench NAME`` (every
+benchmark, :mod:`fusion_ray.cli.bench_group`, which also keeps the old benchmark names working).
 Each subcommand lives in its own module with ``register(subparsers)`` and a ``run(args)``
 that returns an exit code; library errors are mapped to one-line messages here
 (:func:`fusion_ray.errors.describe_error`: a Ray worker's error is its cause, never a traceback).
@@ -35,31 +37,23 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+COMMANDS = ("job", "live", "serve", "detect")
+"""The commands between ``swap`` and ``models`` (the benchmarks are ``fusion-ray bench NAME``)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from fusion_ray.cli import models, swap
+    from fusion_ray.cli import bench_group, models, swap
 
     parser = argparse.ArgumentParser(prog="fusion-ray", description="Face swapping as a batched Ray pipeline.")
     parser.add_argument("--version", action=_VersionAction, help="show the versions of fusion-ray and its key libraries")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug, tracebacks)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (swap, models, *_optional_commands()):
+    swap.register(sub)
+    for module in bench_group.optional_modules(COMMANDS):
         module.register(sub)
+    models.register(sub)
+    bench_group.register(sub)
     return parser
-
-
-def _optional_commands() -> list:  # type: ignore[type-arg]
-    """Subcommands of later layers (job, serve, bench), when present."""
-    import importlib
-
-    found = []
-    for name in ("job", "serve", "bench", "bench_jobs", "bench_scale", "bench_runners", "bench_quality", "live",
-                 "detect", "bench_precision", "bench_webrtc", "bench_serve_burst"):
-        try:
-            found.append(importlib.import_module(f"fusion_ray.cli.{name}"))
-        except ModuleNotFoundError as exc:
-            if exc.name != f"fusion_ray.cli.{name}":
-                raise
-    return found
 
 
 def configure_logging(verbosity: int) -> None:
@@ -73,8 +67,13 @@ def configure_logging(verbosity: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from fusion_ray.cli.bench_group import translate
+
+    words, notice = translate(sys.argv[1:] if argv is None else argv)
+    if notice is not None:
+        print(notice, file=sys.stderr)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(words)
     configure_logging(args.verbose)
     try:
         code: int = args.run(args)

@@ -1,4 +1,4 @@
-"""``fusion-ray bench``: serial loop vs Ray Data pipeline, and the batch-size sweep."""
+"""``fusion-ray bench pipeline``: serial loop vs Ray Data pipeline, and the batch-size sweep."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from fusion_ray.errors import ConfigError
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser(
-        "bench", help="throughput experiments: serial loop vs pipeline, batch-size sweep",
+        "pipeline", help="throughput experiments: serial loop vs pipeline, batch-size sweep",
         description="Run, in one process and on the same frames and model files: the serial loop (one frame "
                     "at a time, every model at batch 1, as FaceFusion runs) on a square and a fitted detector "
                     "canvas; the Ray Data pipeline (Ray start-up included); and a batch-size sweep of the "
@@ -173,7 +173,7 @@ def _command_line(args: argparse.Namespace) -> str:
         return "fusion-ray " + shlex.join(argv)
     skip = {"run", "command", "verbose"}
     given = {k: v for k, v in sorted(vars(args).items()) if k not in skip and v not in (None, [], False)}
-    return "fusion-ray bench (in-process; options " + ", ".join(f"{k}={v}" for k, v in given.items()) + ")"
+    return "fusion-ray bench pipeline (in-process; options " + ", ".join(f"{k}={v}" for k, v in given.items()) + ")"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""``fusion-ray bench-images``: a dataset job over many images against insightface's own loop."""
+"""``fusion-ray bench images``: a dataset job over many images against insightface's own loop."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from fusion_ray.cli.video import add_pipeline_arguments, job_config
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser(
-        "bench-images", help="many images: the dataset job against insightface's own loop",
+        "images", help="many images: the dataset job against insightface's own loop",
         description="Generate N images from face photos, then in one run: insightface's loop over the files "
                     "(one image at a time; needs a Python with insightface, --insightface-python) and the "
                     "dataset job over the same files and model files (Ray started first, its start-up "

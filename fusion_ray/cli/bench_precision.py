@@ -1,4 +1,4 @@
-"""``fusion-ray bench-precision``: the INT8 detector against FP32, speed and quality in one run."""
+"""``fusion-ray bench precision``: the INT8 detector against FP32, speed and quality in one run."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from fusion_ray.errors import InputError
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser(
-        "bench-precision", help="INT8 against FP32 detection: ms per call on 1 and 2 threads, and quality",
+        "precision", help="INT8 against FP32 detection: ms per call on 1 and 2 threads, and quality",
         description="Build (or load) the cached INT8 detector from the calibration folder of the models "
                     "directory (filled from --photos when empty), then in one run: ms per call of both "
                     "on 1 and 2 threads (calls interleaved), and recall / IoU / landmark error / extra faces "

@@ -1,4 +1,4 @@
-"""``fusion-ray bench-pixel-boost | bench-masks | bench-mask-pictures | bench-mask-chain``: the mask and pixel-boost building blocks (no Ray).
+"""``fusion-ray bench pixel-boost | masks | mask-pictures | mask-chain``: the mask and pixel-boost building blocks (no Ray).
 
 Each prints one JSON line per measurement (:mod:`fusion_ray.bench.quality`).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     text = ("pixel boost on the inswapper STAND-IN: every tile of every face in one batched call against "
             "FaceFusion's k^2 batch-1 calls per face")
-    boost = sub.add_parser("bench-pixel-boost", help=text, description=text + ".")
+    boost = sub.add_parser("pixel-boost", help=text, description=text + ".")
     boost.add_argument("--sizes", default="256,512,1024", help="boost sizes, multiples of 128")
     boost.add_argument("--faces", type=int, default=1)
     boost.add_argument("--repeats", type=int, default=3)
@@ -22,13 +22,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     boost.add_argument("--threads", type=int, default=2)
     boost.set_defaults(run=run_pixel_boost)
     text = "each landmark mask's cost per face (box, area, mouth, the minimum)"
-    masks = sub.add_parser("bench-masks", help=text, description=text + ".")
+    masks = sub.add_parser("masks", help=text, description=text + ".")
     masks.add_argument("--crop", type=int, default=256)
     masks.add_argument("--repeats", type=int, default=20)
     masks.set_defaults(run=run_masks)
     text = ("the README's mask pictures: box, area and mouth masks with the real dlib_68 landmarker and the "
             "classic swapper on a photo")
-    pictures = sub.add_parser("bench-mask-pictures", help=text, description=text + ".")
+    pictures = sub.add_parser("mask-pictures", help=text, description=text + ".")
     pictures.add_argument("--target", type=Path, required=True)
     pictures.add_argument("--source", type=Path, required=True)
     pictures.add_argument("--detector", type=Path, required=True, help="the SCRFD 2.5g ONNX file")
@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pictures.set_defaults(run=run_mask_pictures)
     text = ("the mask steps through the chain: box alone, + area + mouth (real dlib_68), + occlusion + region "
             "(STAND-INS), each step's ms per frame")
-    chain = sub.add_parser("bench-mask-chain", help=text, description=text + ".")
+    chain = sub.add_parser("mask-chain", help=text, description=text + ".")
     chain.add_argument("--target", type=Path, required=True)
     chain.add_argument("--source", type=Path, required=True)
     chain.add_argument("--detector", type=Path, required=True, help="the SCRFD 2.5g ONNX file")

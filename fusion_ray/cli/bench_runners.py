@@ -1,4 +1,4 @@
-"""``fusion-ray bench-runners``: the local runner against the Ray runner on the same jobs."""
+"""``fusion-ray bench runners``: the local runner against the Ray runner on the same jobs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser(
-        "bench-runners", help="the local runner against the Ray runner, side by side",
+        "runners", help="the local runner against the Ray runner, side by side",
         description="Generate multi-face 640x360 clips with audio (a group photo sweeping over a background) "
                     "and photo sets, then run each as `fusion-ray job --runner local` and `--runner ray` "
                     "(a local Ray started by the job, as a user runs it): wall time, first output frame, "

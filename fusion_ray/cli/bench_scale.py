@@ -1,4 +1,4 @@
-"""``fusion-ray bench-scale | bench-resume | bench-storage | bench-videos``: dataset jobs at scale.
+"""``fusion-ray bench scale | resume | storage | videos``: dataset jobs at scale.
 
 Each starts a local Ray (or joins ``--address``) and runs ``fusion-ray job`` processes on it
 (:mod:`fusion_ray.bench.jobs`); each prints one JSON line per measurement.
@@ -20,24 +20,24 @@ ENGINE_DEFAULT = "--swapper classic --no-tracking --providers cpu"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    scale = _parser(sub, "bench-scale", "time to the first output frame, driver peak RSS and wall time against "
+    scale = _parser(sub, "scale", "time to the first output frame, driver peak RSS and wall time against "
                     "item count (generated images), items planned in Ray tasks (streamed) and all on the driver")
     scale.add_argument("--counts", default="1,100,1000")
     scale.add_argument("--photos", type=Path, nargs="+", required=True)
     scale.set_defaults(run=run_scale)
-    resume = _parser(sub, "bench-resume", "kill -9 a job's driver at --kill-at of a --frames video, re-run it, "
+    resume = _parser(sub, "resume", "kill -9 a job's driver at --kill-at of a --frames video, re-run it, "
                      "and compare with an uninterrupted run")
     resume.add_argument("--frames", type=int, default=3000)
     resume.add_argument("--kill-at", type=float, default=0.7)
     resume.add_argument("--segment-seconds", type=float, default=2.0)
     resume.set_defaults(run=run_resume)
-    storage = _parser(sub, "bench-storage", "the same clips job on local files and through an S3 API "
+    storage = _parser(sub, "storage", "the same clips job on local files and through an S3 API "
                       "(--bucket, with the standard AWS environment)")
     storage.add_argument("--clips", type=int, default=6)
     storage.add_argument("--frames", type=int, default=100)
     storage.add_argument("--bucket", required=True, help="a prefix to work under, e.g. s3://bench/run1")
     storage.set_defaults(run=run_storage)
-    videos = _parser(sub, "bench-videos", "one job over N clips against N `fusion-ray swap` commands "
+    videos = _parser(sub, "videos", "one job over N clips against N `fusion-ray swap` commands "
                      "(each job or command starts its own local Ray)")
     videos.add_argument("--clips", type=int, default=6)
     videos.add_argument("--frames", type=int, default=100)

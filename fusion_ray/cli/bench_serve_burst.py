@@ -1,4 +1,4 @@
-"""``fusion-ray bench-serve-burst``: bursts, and SIGTERM during a burst, against ``fusion-ray serve``."""
+"""``fusion-ray bench serve-burst``: bursts, and SIGTERM during a burst, against ``fusion-ray serve``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser(
-        "bench-serve-burst", help="bursts and SIGTERM during a burst against fusion-ray serve (loopback, bounded)",
+        "serve-burst", help="bursts and SIGTERM during a burst against fusion-ray serve (loopback, bounded)",
         description="Start fusion-ray serve on a loopback port; send --bursts bursts of --concurrency concurrent "
                     "/v1/swap requests from --clients loopback addresses while /metrics is polled, recording "
                     "every answer and the service's memory after each burst; then --sigterm-runs times start it "

@@ -1,4 +1,4 @@
-"""``fusion-ray bench-webrtc``: N WHIP streams through an endpoint (default: the plain echo server)."""
+"""``fusion-ray bench webrtc``: N WHIP streams through an endpoint (default: the plain echo server)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ TOKEN_ENV = "FUSION_RAY_WHIP_TOKEN"
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser(
-        "bench-webrtc", help="N WebRTC (WHIP) streams through an endpoint: fps and glass-to-glass latency",
+        "webrtc", help="N WebRTC (WHIP) streams through an endpoint: fps and glass-to-glass latency",
         description="Play a 640x360 clip as N cameras through a WHIP endpoint (--url; default: the plain aiortc "
                     "echo server, started in a child process: the transport's floor), each on one sendrecv "
                     "video transceiver, with a sequence number drawn into every frame; report fps per stream, "

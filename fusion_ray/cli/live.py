@@ -1,4 +1,4 @@
-"""``fusion-ray live`` (stream a camera or a video to a live endpoint) and ``fusion-ray live-bench``."""
+"""``fusion-ray live`` (stream a camera or a video to a live endpoint) and ``fusion-ray bench live``."""
 
 from __future__ import annotations
 
@@ -45,7 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add_engine_arguments(live)
     live.set_defaults(run=run_live)
 
-    bench = sub.add_parser("live-bench", help="N simulated live streams vs a Deep-Live-Cam-style loop",
+
+def register_bench(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """``fusion-ray bench live`` (``sub``: the benchmarks' subcommands)."""
+    bench = sub.add_parser("live", help="N simulated live streams vs a Deep-Live-Cam-style loop",
                            description="Play a 640x360 30 fps clip as N cameras against a live endpoint (--url, or an "
                            "in-process host with the engine options), with a Deep-Live-Cam-style baseline on the "
                            "same clip and models; report latency percentiles, fps per stream, drops and levels.")

@@ -1,4 +1,4 @@
-"""``fusion-ray serve`` (the online API on a local Ray) and ``fusion-ray serve-load`` (its load test)."""
+"""``fusion-ray serve`` (the online API on a local Ray) and ``fusion-ray bench serve`` (its load test)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "default %(default)s); 0: no deadline, Serve's proxy listens on the address itself")
     parser.set_defaults(run=run_serve)
 
-    load = sub.add_parser("serve-load", help="bounded loopback load test of the HTTP API",
+
+def register_bench(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """``fusion-ray bench serve`` (``sub``: the benchmarks' subcommands)."""
+    load = sub.add_parser("serve", help="bounded loopback load test of the HTTP API",
                           description="Deploy the service on a local Ray, send a fixed number of swap requests "
                           "at each concurrency, with batching on and off, and report latency percentiles and "
                           "throughput next to the engine's in-process time.")

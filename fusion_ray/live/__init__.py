@@ -15,5 +15,5 @@ The pieces, host-independent (no Ray, no FastAPI; a host injects how frames are 
 - :mod:`~fusion_ray.live.local`: an in-process host (Engine + Starlette) for tests and benchmarks;
 - :mod:`~fusion_ray.live.direct`: a stream in this process with no socket (``fusion-ray live``
   without ``--url``), :mod:`~fusion_ray.live.window`: its output window when one can be shown;
-- :mod:`~fusion_ray.live.client`: the Python client used by ``fusion-ray live`` and ``live-bench``.
+- :mod:`~fusion_ray.live.client`: the Python client used by ``fusion-ray live`` and ``bench live``.
 """

@@ -1,6 +1,6 @@
 """The Python live client: register a source over HTTP, stream frames, collect results.
 
-``fusion-ray live`` and ``fusion-ray live-bench`` use it; it speaks the protocol of
+``fusion-ray live`` and ``fusion-ray bench live`` use it; it speaks the protocol of
 :mod:`fusion_ray.live.protocol` to any ``ws://HOST:PORT/v1/stream`` (the Serve ingress or the
 in-process host). Frames are sent at the source's real rate like a camera: nothing waits for
 results, so what comes back (and when) is what a live user would see.

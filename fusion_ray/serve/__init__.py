@@ -15,5 +15,5 @@ Modules (only ``deployments`` and ``app`` import Ray):
 - ``deployments``: detector (CPU), swapper + embedder (GPU, ``@serve.batch``), enhancer
   (GPU, ``@serve.batch``) and the small service-state deployment (source store, metrics).
 - ``app``: the FastAPI routes over the core and ``build_app(args)``.
-- ``load``: the bounded loopback load test behind ``fusion-ray serve-load``.
+- ``load``: the bounded loopback load test behind ``fusion-ray bench serve``.
 """

@@ -1,4 +1,4 @@
-"""A bounded loopback load test of the HTTP API (``fusion-ray serve-load``).
+"""A bounded loopback load test of the HTTP API (``fusion-ray bench serve``).
 
 It measures the engine in-process on the same image first (the reference), then deploys the
 service on a local Ray once per swap batch size (1 = batching off) and, at each concurrency

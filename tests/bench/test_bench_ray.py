@@ -1,4 +1,4 @@
-"""``fusion-ray bench`` end to end on the test session's Ray instance, at a tiny size."""
+"""``fusion-ray bench pipeline`` end to end on the test session's Ray instance, at a tiny size."""
 
 import json
 
@@ -13,7 +13,7 @@ def test_bench_runs_serial_pipeline_and_sweep_on_the_same_frames(tmp_path, scrfd
     import ray
 
     json_path, md_path = tmp_path / "bench.json", tmp_path / "bench.md"
-    code = main(["bench", "--standins", "light", "--frames", "12", "--size", "160x90", "--detector-size", "320",
+    code = main(["bench", "pipeline", "--standins", "light", "--frames", "12", "--size", "160x90", "--detector-size", "320",
                  "--model", f"scrfd_2.5g={scrfd_path}", "--models-dir", str(tmp_path / "models"),
                  "--providers", "cpu", "--sweep-batches", "1,2", "--sweep-repeats", "1",
                  "--work-dir", str(tmp_path / "work"), "--json", str(json_path), "--markdown", str(md_path)])

@@ -173,14 +173,14 @@ def test_serial_loops_and_sweep_report_as_json_and_markdown(tmp_path, empty_mode
     (["--sweep-models", "detector"], "--sweep-models"),
 ])
 def test_cli_rejects_bad_options(argv, message, capsys):
-    assert main(["bench", *argv]) == 2
+    assert main(["bench", "pipeline", *argv]) == 2
     assert message in capsys.readouterr().err
 
 
 def test_cli_sweep_only_writes_json_and_markdown(tmp_path, standin_dir, capsys, monkeypatch):
     monkeypatch.setenv("FUSION_RAY_ASSETS", str(tmp_path / "no_assets"))  # a sweep needs no detector
     json_path, md_path = tmp_path / "bench.json", tmp_path / "bench.md"
-    code = main(["bench", "--sweep-only", "--models-dir", str(standin_dir), "--providers", "cpu",
+    code = main(["bench", "pipeline", "--sweep-only", "--models-dir", str(standin_dir), "--providers", "cpu",
                  "--sweep-models", "embedder,enhancer", "--sweep-batches", "1,2", "--sweep-repeats", "1",
                  "--sweep-warmup", "0", "--sweep-cap", "gfpgan_1.4=1",
                  "--json", str(json_path), "--markdown", str(md_path)])
@@ -190,7 +190,7 @@ def test_cli_sweep_only_writes_json_and_markdown(tmp_path, standin_dir, capsys, 
     assert set(data["sweep"]["models"]) == {"arcface_w600k_r50", "gfpgan_1.4"}
     assert data["sweep"]["models"]["gfpgan_1.4"]["skipped_batches"] == [2]
     assert "detector" not in data["models"]
-    assert data["command"].startswith("fusion-ray bench")
+    assert data["command"].startswith("fusion-ray bench pipeline")
     printed = capsys.readouterr().out
     assert printed.strip() == md_path.read_text().strip()
     assert "STAND-IN" in printed

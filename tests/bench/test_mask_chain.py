@@ -1,4 +1,4 @@
-"""``fusion-ray bench-mask-chain``: each setting runs its mask steps through the chain."""
+"""``fusion-ray bench mask-chain``: each setting runs its mask steps through the chain."""
 
 from __future__ import annotations
 

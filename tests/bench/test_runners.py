@@ -1,4 +1,4 @@
-"""``fusion-ray bench-runners``: its table and its insightface runner's requirements (no runs here)."""
+"""``fusion-ray bench runners``: its table and its insightface runner's requirements (no runs here)."""
 
 from pathlib import Path
 

@@ -1,5 +1,5 @@
 """The WebRTC streams benchmark: concurrent WHIP publishers through the echo server (in this process,
-and in its own process as ``fusion-ray bench-webrtc`` starts it)."""
+and in its own process as ``fusion-ray bench webrtc`` starts it)."""
 
 import asyncio
 import json
@@ -37,7 +37,7 @@ def test_the_echo_process_serves_with_a_token():
 
 def test_the_command_prints_the_table_and_writes_json(tmp_path, capsys):
     out = tmp_path / "webrtc.json"
-    code = main(["bench-webrtc", "--seconds", "1.5", "--streams", "1", "--json", str(out)])
+    code = main(["bench", "webrtc", "--seconds", "1.5", "--streams", "1", "--json", str(out)])
     printed = capsys.readouterr().out
     assert code == 0 and "plain aiortc echo server" in printed and "| 1 | h264 |" in printed
     (result,) = json.loads(out.read_text())
@@ -45,5 +45,5 @@ def test_the_command_prints_the_table_and_writes_json(tmp_path, capsys):
 
 
 def test_stream_counts_are_checked(capsys):
-    assert main(["bench-webrtc", "--streams", "0"]) == 2
+    assert main(["bench", "webrtc", "--streams", "0"]) == 2
     assert "--streams" in capsys.readouterr().err

@@ -81,7 +81,7 @@ def test_cli_overlays_model_paths(tmp_path):
     assert data["engine"]["models"]["models_dir"] == "/m"
     assert data["engine"]["models"]["paths"] == {"scrfd_2.5g": "/x/scrfd.onnx"}
     assert app["name"] == "fusion_ray" and args.port == 9001
-    load_args = build_parser().parse_args(["serve-load", "--config", str(path), "--target", "t.jpg",
+    load_args = build_parser().parse_args(["bench", "serve", "--config", str(path), "--target", "t.jpg",
                                            "--source", "s.jpg"])
     assert load_args.concurrency == "1,8,32" and load_args.batch_sizes == "8,1"
 

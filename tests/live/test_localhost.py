@@ -184,7 +184,7 @@ def test_live_bench_driver_and_baseline(server, clip, engine, images_dir, source
 
 
 def test_live_bench_in_this_process_without_a_socket(clip, engine, images_dir):
-    """``live-bench --direct``: the streams run as ``fusion-ray live`` without --url runs them."""
+    """``fusion-ray bench live --direct``: the streams run as ``fusion-ray live`` without --url runs them."""
     from fusion_ray.bench.live import run_live_bench
     from fusion_ray.live.local import local_hub
 
