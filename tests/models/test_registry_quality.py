@@ -1,4 +1,4 @@
-"""Issue 18's registry rows: found by name, outside the standard set, with URL, hash source and licence."""
+"""The optional registry rows: found by name, outside the standard set, with URL, hash source and licence."""
 
 from __future__ import annotations
 
