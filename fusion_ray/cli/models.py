@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from fusion_ray.errors import FusionRayError, InputError, ModelError
 from fusion_ray.models.hashes import write_hash_record
@@ -19,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--models-dir", type=Path, help="model directory (default: $FUSION_RAY_MODELS or the user cache)")
     msub = parser.add_subparsers(dest="models_command", required=True, metavar="ACTION")
 
-    p = msub.add_parser("list", help="registered models and their state")
+    p = msub.add_parser("list", help="every registered model: kind, standard set or optional, present, missing "
+                        "or stand-in, integrity, size, licence")
     p.set_defaults(run=run_list)
 
     p = msub.add_parser("download", help="download (resumable) and verify models")
@@ -62,11 +64,22 @@ def _store(args: argparse.Namespace) -> ModelStore:
 def run_list(args: argparse.Namespace) -> int:
     store = _store(args)
     print(f"models directory: {store.root}")
-    print(f"{'name':22} {'kind':9} {'status':15} {'size':>9}  licence")
+    print(f"{'name':28} {'kind':10} {'set':8} {'status':8} {'check':14} {'size':>8}  licence")
     for row in store.status_rows():
         size = f"{row['size'] / 1e6:.0f} MB" if row["size"] else f"~{row['approx_size_mb']:.0f} MB"
-        print(f"{row['name']:22} {row['kind']:9} {row['status']:15} {size:>9}  {row['licence']}")
+        size = "?" if size == "~0 MB" else size
+        check = row["status"] if row["present"] else "-"
+        print(f"{row['name']:28} {row['kind']:10} {'standard' if row['standard'] else 'optional':8} "
+              f"{presence(row):8} {check:14} {size:>8}  {row['licence']}")
     return 0
+
+
+def presence(row: Mapping[str, Any]) -> str:
+    """A ``models list`` row's status: ``present``, ``missing`` or ``stand-in`` (a labelled
+    fusion_ray stand-in, not the real model)."""
+    if not row["present"]:
+        return "missing"
+    return "stand-in" if row["stand_in"] else "present"
 
 
 class _Progress:
@@ -114,7 +127,7 @@ def run_download(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     store = _store(args)
-    names = args.names or [r["name"] for r in store.status_rows() if r["present"]]
+    names = args.names or [r["name"] for r in store.status_rows() if r["present"] and not r["packaged"]]
     if not names:
         print(f"no model files in {store.root}", file=sys.stderr)
         return ModelError.exit_code

@@ -28,6 +28,7 @@ The store never prints; it logs through ``logging`` and raises the typed errors 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -55,7 +56,8 @@ from fusion_ray.models.hashes import (
 # Re-exported for fusion_ray.bench.notebook (being rewritten elsewhere); new code imports it
 # from fusion_ray.models.hashes.
 from fusion_ray.models.hashes import write_hash_record as write_hash_record
-from fusion_ray.models.registry import ModelSpec, all_specs, get_spec
+from fusion_ray.models.onnx_info import is_stand_in_metadata, read_model_metadata
+from fusion_ray.models.registry import ModelSpec, all_specs, get_spec, optional_specs
 
 logger = logging.getLogger(__name__)
 
@@ -174,41 +176,43 @@ class ModelStore:
         return self._check(spec, path, full=True, warn=True)
 
     def status_rows(self) -> list[dict[str, Any]]:
-        """One row per registered model for ``fusion-ray models list``.
+        """One row per registry row (the standard set's, then the optional ones) for ``fusion-ray
+        models list``.
 
-        Keys: ``name``, ``kind``, ``file``, ``present``, ``status`` (``"missing"``,
-        ``"verified"``, ``"crc32-verified"``, ``"unverified"`` or ``"corrupt"``), ``size``
-        (bytes, ``None`` when missing), ``approx_size_mb``, ``licence``, ``licence_url``,
-        ``detail`` (the error text of a corrupt file, else ``None``). Logs no warnings.
+        Keys: ``name``, ``kind``, ``standard`` (in the standard set ``models download`` fetches),
+        ``file``, ``present``, ``packaged`` (found where its Python package installed it: dlib_68),
+        ``stand_in`` (the file is a labelled fusion_ray stand-in), ``status`` (``"missing"``,
+        ``"verified"``, ``"crc32-verified"``, ``"unverified"`` or ``"corrupt"``), ``size`` (bytes,
+        ``None`` when missing), ``approx_size_mb``, ``licence``, ``licence_url``, ``detail`` (the
+        error text of a corrupt file, else ``None``). Logs no warnings.
         """
-        rows: list[dict[str, Any]] = []
-        for spec in all_specs():
-            path = self.path_for(spec.name)
-            present = path.is_file()
-            status = "missing"
-            detail: str | None = None
-            size: int | None = None
-            if present:
-                size = path.stat().st_size
-                try:
-                    status = self._check(spec, path, full=False, warn=False).status
-                except ModelError as exc:
-                    status, detail = "corrupt", str(exc)
-            rows.append(
-                {
-                    "name": spec.name,
-                    "kind": spec.kind,
-                    "file": str(path),
-                    "present": present,
-                    "status": status,
-                    "size": size,
-                    "approx_size_mb": spec.approx_size_mb,
-                    "licence": spec.licence,
-                    "licence_url": spec.licence_url,
-                    "detail": detail,
-                }
-            )
-        return rows
+        return [self._status_row(spec) for spec in (*all_specs(), *optional_specs())]
+
+    def _status_row(self, spec: ModelSpec) -> dict[str, Any]:
+        path = self.path_for(spec.name)
+        packaged = False
+        if spec.name == "dlib_68" and not path.is_file():
+            from fusion_ray.models.landmarker import dlib_68_path
+
+            with contextlib.suppress(ModelError):  # the [landmarks] extra is not installed
+                path, packaged = dlib_68_path(), True
+        present = path.is_file()
+        status = "missing"
+        detail: str | None = None
+        size: int | None = None
+        stand_in = False
+        if present:
+            size = path.stat().st_size
+            try:
+                status = self._check(spec, path, full=False, warn=False).status
+            except ModelError as exc:
+                status, detail = "corrupt", str(exc)
+            with contextlib.suppress(ModelError):  # not a readable ONNX file: not a stand-in either
+                stand_in = path.suffix == ".onnx" and is_stand_in_metadata(read_model_metadata(path))
+        return {"name": spec.name, "kind": spec.kind, "standard": spec.default_set, "file": str(path),
+                "present": present, "packaged": packaged, "stand_in": stand_in, "status": status, "size": size,
+                "approx_size_mb": spec.approx_size_mb, "licence": spec.licence, "licence_url": spec.licence_url,
+                "detail": detail}
 
     # ----------------------------------------------------------------- download
 

@@ -167,7 +167,11 @@ def test_status_rows(tmp_path: Path) -> None:
     write_hash_record(store.path_for("arcface_w600k_r50"), "download")
     store.path_for("arcface_w600k_r50").write_bytes(b"corrupt")
     rows = {row["name"]: row for row in store.status_rows()}
-    assert set(rows) == {"scrfd_2.5g", "arcface_w600k_r50", "inswapper_128", "inswapper_128_fp16", "gfpgan_1.4"}
+    standard = {"scrfd_2.5g", "arcface_w600k_r50", "inswapper_128", "inswapper_128_fp16", "gfpgan_1.4"}
+    assert {name for name, row in rows.items() if row["standard"]} == standard
+    assert {"hyperswap_1a_256", "codeformer", "xseg_1", "dlib_68"} <= set(rows)
+    assert rows["hyperswap_1a_256"]["standard"] is False and rows["hyperswap_1a_256"]["status"] == "missing"
+    assert rows["inswapper_128"]["stand_in"] is False  # a placed file that is not a labelled stand-in
     assert rows["scrfd_2.5g"]["present"] is False and rows["scrfd_2.5g"]["status"] == "missing"
     assert rows["scrfd_2.5g"]["size"] is None
     assert rows["inswapper_128"]["status"] == "unverified"
