@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -207,26 +208,15 @@ class StopResult:
 
 
 async def run_stop(plan: BurstPlan) -> StopResult:
-    base = f"http://127.0.0.1:{plan.port}"
-    proc = start_service(plan)
-    try:
-        await wait_ready(base, proc)
-        source_id = await register_source(base, plan.source)
-        children = psutil.Process(proc.pid).children(recursive=True)
+    """SIGTERM ``sigterm_after_s`` into a burst: every answer, the exit status, how long the stop took."""
+    async def during(base: str, source_id: str) -> Callable[[], Awaitable[BurstResult]]:
         sent = asyncio.Event()
         running = asyncio.create_task(burst(base, plan, source_id, during=sent))
         await sent.wait()
         await asyncio.sleep(plan.sigterm_after_s)
-        signalled = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        answers = await running
-        code = await asyncio.to_thread(_wait, proc, 60.0)
-        exit_s = time.monotonic() - signalled
-        while _own_ray_processes(children) and time.monotonic() - signalled < 60.0:
-            await asyncio.sleep(0.1)
-        return StopResult(answers, code, exit_s, time.monotonic() - signalled)
-    finally:
-        _stop(proc)
+        return lambda: running
+
+    return await _stop_run(plan, during)
 
 
 async def hostile_streams(base: str, plan: BurstPlan, source_id: str) -> None:
@@ -259,20 +249,35 @@ async def hostile_streams(base: str, plan: BurstPlan, source_id: str) -> None:
 
 async def run_stop_after_hostile_streams(plan: BurstPlan) -> StopResult:
     """The stop's time after :func:`hostile_streams`, with nothing else in flight."""
+    async def before(base: str, source_id: str) -> Callable[[], Awaitable[BurstResult]]:
+        await hostile_streams(base, plan, source_id)
+
+        async def nothing() -> BurstResult:
+            return BurstResult()
+        return nothing
+
+    return await _stop_run(plan, before)
+
+
+async def _stop_run(plan: BurstPlan,
+                    before: Callable[[str, str], Awaitable[Callable[[], Awaitable[BurstResult]]]]) -> StopResult:
+    """Start the service, run ``before`` (which gives how to collect the answers), send SIGTERM,
+    then time the command's exit and the end of every Ray process it started."""
     base = f"http://127.0.0.1:{plan.port}"
     proc = start_service(plan)
     try:
         await wait_ready(base, proc)
         source_id = await register_source(base, plan.source)
         children = psutil.Process(proc.pid).children(recursive=True)
-        await hostile_streams(base, plan, source_id)
+        answers = await before(base, source_id)
         signalled = time.monotonic()
         proc.send_signal(signal.SIGTERM)
+        answered = await answers()
         code = await asyncio.to_thread(_wait, proc, 60.0)
         exit_s = time.monotonic() - signalled
         while _own_ray_processes(children) and time.monotonic() - signalled < 60.0:
             await asyncio.sleep(0.1)
-        return StopResult(BurstResult(), code, exit_s, time.monotonic() - signalled)
+        return StopResult(answered, code, exit_s, time.monotonic() - signalled)
     finally:
         _stop(proc)
 

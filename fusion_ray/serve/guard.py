@@ -43,6 +43,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -116,10 +117,14 @@ def answer(status: int, reason: str, code: str, detail: str, retry_after_s: int 
             f"{retry}connection: close\r\n\r\n").encode("ascii") + body
 
 
-async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Bytes from ``reader`` to ``writer`` until EOF, then half-close ``writer``."""
+async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                on_data: Callable[[], None] | None = None) -> None:
+    """Bytes from ``reader`` to ``writer`` until EOF, then half-close ``writer``; ``on_data`` is
+    called before each chunk is written."""
     try:
         while data := await reader.read(1 << 16):
+            if on_data is not None:
+                on_data()
             writer.write(data)
             await writer.drain()
         if writer.can_write_eof():
@@ -135,6 +140,9 @@ class _Forwarded:
         self.task = task
         self.answered = False
         self.refused = False
+
+    def mark_answered(self) -> None:
+        self.answered = True
 
 
 class HeaderGuard:
@@ -251,25 +259,10 @@ class HeaderGuard:
         up_writer.write(head.data)
         to_upstream = asyncio.create_task(_copy(reader, up_writer))
         try:
-            await self._answer_from(up_reader, writer, forwarded)  # the response (or the WebSocket) has ended
+            await _copy(up_reader, writer, forwarded.mark_answered if forwarded else None)  # the response has ended
         finally:
             to_upstream.cancel()
             up_writer.close()
-
-    @staticmethod
-    async def _answer_from(up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                           forwarded: _Forwarded | None) -> None:
-        """The upstream's bytes to the client until EOF, marking the request answered at the first."""
-        try:
-            while data := await up_reader.read(1 << 16):
-                if forwarded is not None:
-                    forwarded.answered = True
-                writer.write(data)
-                await writer.drain()
-            if writer.can_write_eof():
-                writer.write_eof()
-        except (ConnectionError, OSError):
-            pass
 
     async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, code: str,
                       detail: str) -> None:
