@@ -15,6 +15,7 @@ from fusion_ray.animation import (
     read_animation,
 )
 from fusion_ray.engine import Engine
+from fusion_ray.imageheader import ImageHeader
 from fusion_ray.imageio import (
     DEFAULT_MAX_PIXELS,
     FORMAT_CHANGES_KEY,
@@ -47,10 +48,46 @@ class ImageSwapResult:
     """Frames of the image (more than one for an animated GIF, WebP or APNG)."""
 
 
+@dataclass(frozen=True)
+class CheckedImage:
+    """An input image read once: its bytes and its header, checked (not an image, too many pixels)."""
+
+    path: Path
+    data: bytes
+    header: ImageHeader
+
+    @classmethod
+    def read(cls, path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> CheckedImage:
+        data = read_file(Path(path))
+        return cls(Path(path), data, check_header(data, str(path), max_pixels))
+
+    def decode(self) -> LoadedImage:
+        return decode_image(self.data, str(self.path))
+
+
+@dataclass(frozen=True)
+class ImageSwapInputs:
+    """The image command's inputs, each read and checked once before any model loads."""
+
+    sources: list[CheckedImage]
+    target: CheckedImage
+    reference: CheckedImage | None = None
+
+    @classmethod
+    def read(cls, sources: Sequence[Path], target: Path, reference: Path | None = None) -> ImageSwapInputs:
+        checked_target = CheckedImage.read(target)
+        return cls([CheckedImage.read(p) for p in sources], checked_target,
+                   CheckedImage.read(reference) if reference is not None else None)
+
+
 def load_sources(engine: Engine, paths: Sequence[Path]) -> SourceIdentity:
     """Read the source images and compute the identity once (NoFaceError when a source has no face)."""
-    images = [read_image(p) for p in paths]
-    return engine.prepare_source([img.frame for img in images], [str(p) for p in paths])
+    return _identity(engine, [CheckedImage.read(p) for p in paths])
+
+
+def _identity(engine: Engine, sources: Sequence[CheckedImage]) -> SourceIdentity:
+    images = [source.decode() for source in sources]
+    return engine.prepare_source([img.frame for img in images], [str(s.path) for s in sources])
 
 
 def load_reference(engine: Engine) -> Embedding | None:
@@ -99,18 +136,27 @@ def swap_image_files(engine: Engine, sources: Sequence[Path], target: Path, outp
                      force: bool = False) -> ImageSwapResult:
     """The whole image command: validate paths, read, prepare the source once, swap, write."""
     check_writable_image_path(output, force)
-    identity = load_sources(engine, sources)
-    reference = load_reference(engine)
-    data = read_file(target)
-    header = check_header(data, str(target))
-    if is_animated(header):
-        animation = read_animation(data, header, str(target), DEFAULT_MAX_PIXELS)
-        result = swap_animation(engine, identity, animation, output.suffix, reference=reference, name=str(target))
+    selection = engine.cfg.selection
+    reference = selection.reference_path if selection.mode == "reference" else None
+    return swap_checked_images(engine, ImageSwapInputs.read(sources, target, reference), output, force=force)
+
+
+def swap_checked_images(engine: Engine, inputs: ImageSwapInputs, output: Path, *,
+                        force: bool = False) -> ImageSwapResult:
+    """:func:`swap_image_files` on inputs already read and checked (the output path too)."""
+    identity = _identity(engine, inputs.sources)
+    reference = None
+    if inputs.reference is not None and engine.cfg.selection.mode == "reference":
+        reference = engine.prepare_reference(inputs.reference.decode().frame, str(inputs.reference.path))
+    target = inputs.target
+    if is_animated(target.header):
+        animation = read_animation(target.data, target.header, str(target.path), DEFAULT_MAX_PIXELS)
+        result = swap_animation(engine, identity, animation, output.suffix, reference=reference, name=str(target.path))
         write_bytes_atomic(output, result.data, force=force)
         return ImageSwapResult(output, result.faces_detected, result.faces_swapped, result.timings_ms, engine.stand_in_models,
                                result.metadata, len(animation.frames))
-    loaded = decode_image(data, str(target))
-    return swap_image(engine, identity, loaded, output, reference=reference, force=force, target_path=target)
+    return swap_image(engine, identity, target.decode(), output, reference=reference, force=force,
+                      target_path=target.path)
 
 
 @dataclass(frozen=True)

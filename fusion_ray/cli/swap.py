@@ -7,12 +7,16 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fusion_ray.cli.common import add_engine_arguments, engine_config_from_args
 from fusion_ray.cli.video import add_pipeline_arguments, run_video_swap
 from fusion_ray.config import EngineConfig
 from fusion_ray.errors import InputError, OutputExistsError
 from fusion_ray.fsutil import check_input_file, check_not_an_input, check_writable_dir
+
+if TYPE_CHECKING:
+    from fusion_ray.image import ImageSwapInputs
 
 log = logging.getLogger(__name__)
 
@@ -64,17 +68,21 @@ def _check_images(paths: list[Path]) -> None:
         check_image_file(path)
 
 
-def _check_target_image(path: Path) -> None:
-    """A target that is not a video (no picture stream: an audio-only .m4a too) must be an image."""
+def _read_inputs(args: argparse.Namespace, cfg: EngineConfig) -> ImageSwapInputs:
+    """The image swap's inputs, each read and checked once: the target first (not a video with
+    a picture stream, e.g. an audio-only .m4a, must be an image), then the sources and reference."""
+    from fusion_ray.image import CheckedImage, ImageSwapInputs
     from fusion_ray.imageheader import ImageTooLargeError
-    from fusion_ray.imageio import check_image_file
 
     try:
-        check_image_file(path)
+        target = CheckedImage.read(args.target)
     except ImageTooLargeError:
         raise
     except InputError as exc:
         raise InputError(f"--target {exc}; nor is it a video with a picture stream") from exc
+    reference = cfg.selection.reference_path if cfg.selection.mode == "reference" else None
+    return ImageSwapInputs([CheckedImage.read(path) for path in args.source], target,
+                           CheckedImage.read(reference) if reference is not None else None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,15 +96,14 @@ def run(args: argparse.Namespace) -> int:
         return run_video_swap(args, cfg)
     from fusion_ray.animation import check_animated_output
     from fusion_ray.engine import Engine
-    from fusion_ray.image import swap_image_files
-    from fusion_ray.imageio import check_image_file, check_writable_image_path
+    from fusion_ray.image import swap_checked_images
+    from fusion_ray.imageio import check_writable_image_path
 
-    _check_target_image(args.target)  # what the target is, before what the output can hold
-    _check_images([path for _, path in inputs])
+    images = _read_inputs(args, cfg)  # what the target is, before what the output can hold
     check_writable_image_path(args.output, args.force)
-    check_animated_output(check_image_file(args.target), args.output.suffix, str(args.target))  # before the models
+    check_animated_output(images.target.header, args.output.suffix, str(args.target))  # before the models
     engine = Engine.load(cfg, cpu_budget=float(os.cpu_count() or 1))
-    result = swap_image_files(engine, args.source, args.target, args.output, force=args.force)
+    result = swap_checked_images(engine, images, args.output, force=args.force)
     timings = ", ".join(f"{k} {v:.1f}" for k, v in result.timings_ms.items())
     frames = f" in {result.frames} frames" if result.frames > 1 else ""
     print(f"wrote {result.output}: {result.faces_swapped} of {result.faces_detected} face(s) swapped{frames}; "

@@ -321,3 +321,35 @@ def test_a_missing_row_file_is_one_line_with_the_download_command(tmp_path, imag
     lines = [line for line in err.strip().splitlines() if not line.startswith("WARNING")]
     assert code != 0 and len(lines) == 1 and not out.exists(), err
     assert "crossface_simswap.onnx" in lines[0] and "`fusion-ray models download crossface_simswap`" in lines[0]
+
+
+def test_each_input_is_read_once_and_the_output_checked_once(tmp_path, images_dir, model_args, capsys, monkeypatch):
+    """One image swap reads the target's and the source's bytes once each (header checks and the
+    decode share them), and checks the output path once."""
+    import fusion_ray.cli.swap as swap_cli
+    import fusion_ray.imageio as imageio
+
+    reads: list[str] = []
+    real_read_bytes = Path.read_bytes
+
+    def counted(path: Path) -> bytes:
+        reads.append(path.name)
+        return real_read_bytes(path)
+
+    checks: list[Path] = []
+    real_check = imageio.check_writable_image_path
+
+    def counted_check(path: Path, force: bool) -> None:
+        checks.append(path)
+        real_check(path, force)
+
+    monkeypatch.setattr(Path, "read_bytes", counted)
+    monkeypatch.setattr(imageio, "check_writable_image_path", counted_check)
+    target, source = tmp_path / "target.jpg", tmp_path / "source.jpg"
+    target.write_bytes(real_read_bytes(images_dir / "biden.jpg"))
+    source.write_bytes(real_read_bytes(images_dir / "obama.jpg"))
+    code, err = swap(["--source", str(source), "--target", str(target), "-o", str(tmp_path / "out.png"),
+                      *model_args], capsys)
+    assert code == 0, err
+    assert (reads.count("target.jpg"), reads.count("source.jpg")) == (1, 1), reads
+    assert len(checks) == 1 and swap_cli is not None
