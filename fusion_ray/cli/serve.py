@@ -144,7 +144,7 @@ def run_serve(args: argparse.Namespace) -> int:
         if args.header_timeout_s > 0:  # Serve's proxy on loopback, behind the header deadline
             upstream = ("127.0.0.1", _free_loopback_port())
             serve.start(http_options={"host": upstream[0], "port": upstream[1]})
-            guard = HeaderGuard(upstream, guard_config(app_args, args.header_timeout_s))
+            guard = HeaderGuard(upstream, guard_config(app_args, args.header_timeout_s, prefix))
             start_guard(guard, host, port)
         else:
             serve.start(http_options={"host": host, "port": port})
@@ -161,7 +161,7 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def guard_config(app_args: dict[str, Any], header_timeout_s: float) -> GuardConfig:
+def guard_config(app_args: dict[str, Any], header_timeout_s: float, route_prefix: str = "/") -> GuardConfig:
     """The guard's limits from the service's settings: it passes on at most what the ingress
     replicas take at once (Serve's ``max_ongoing_requests``), a few places kept for monitoring, so
     Serve never queues a request nor refuses one in plain text."""
@@ -172,7 +172,7 @@ def guard_config(app_args: dict[str, Any], header_timeout_s: float) -> GuardConf
     places = ingress.num_replicas * settings.ingress_max_ongoing()
     reserve = min(GuardConfig.ops_reserve, max(places // 4, 1))
     return GuardConfig(header_timeout_s=header_timeout_s, max_requests=max(places - reserve, 1), ops_reserve=reserve,
-                       retry_after_s=settings.limits.retry_after_s)
+                       retry_after_s=settings.limits.retry_after_s, route_prefix=route_prefix)
 
 
 def check_port_free(host: str, port: int) -> None:

@@ -50,8 +50,9 @@ from typing import Any, NamedTuple
 log = logging.getLogger(__name__)
 
 _DROPPED = (b"x-forwarded-for", b"forwarded", b"connection", b"keep-alive")
-OPS_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
-"""Monitoring paths: admitted within ``ops_reserve``, whatever else is in flight."""
+OPS_PATHS = ("/metrics", "/healthz", "/readyz")
+"""Monitoring paths (under the application's route prefix): admitted within ``ops_reserve``,
+whatever else is in flight."""
 DISCARD_S = 1.0
 """After refusing a request, how long its unread body is read and dropped before the connection
 closes (closing with unread bytes resets it, and the client may lose the answer)."""
@@ -68,6 +69,10 @@ class GuardConfig:
     ops_reserve: int = 8
     """Monitoring requests passed upstream at once, on top of ``max_requests``."""
     retry_after_s: int = 1
+    route_prefix: str = "/"
+
+    def is_monitoring(self, path: str) -> bool:
+        return path in {self.route_prefix.rstrip("/") + ops for ops in OPS_PATHS}
 
 
 class RequestHead(NamedTuple):
@@ -209,7 +214,7 @@ class HeaderGuard:
             head = await self._head(reader, writer, client)
             if head is None:
                 return
-            if head.path in OPS_PATHS:
+            if self.cfg.is_monitoring(head.path):
                 await self._ops_request(head, reader, writer)
             else:
                 await self._request(head, reader, writer, task)

@@ -102,5 +102,6 @@ def test_the_guard_passes_on_what_the_ingress_takes_with_places_kept_for_monitor
     assert (cfg.max_requests, cfg.ops_reserve, cfg.header_timeout_s) == (56, 8, 3.0)
     args = {"deployments": {"ingress": {"num_replicas": 2, "max_ongoing_requests": 100}},
             "limits": {"retry_after_s": 7}}
-    cfg = guard_config(parse_settings(args).model_dump(mode="json"), 3.0)
+    cfg = guard_config(parse_settings(args).model_dump(mode="json"), 3.0, "/api/")
     assert (cfg.max_requests, cfg.ops_reserve, cfg.retry_after_s) == (192, 8, 7)
+    assert cfg.is_monitoring("/api/metrics") and not cfg.is_monitoring("/metrics")
