@@ -3,8 +3,9 @@
 Between full-frame detections each live track is re-detected on a square crop around its
 predicted box (the box's longest side times ``roi_growth``, at least ``roi_canvas`` pixels:
 the detector's cost is set by its canvas, so a small face gets more context for free), run
-at a ``roi_canvas`` x ``roi_canvas`` detector canvas. SCRFD's cost grows with canvas area:
-on one CPU thread a 192 px canvas takes about 5 ms, a 640x384 frame about 31 ms. A crop that
+at a ``roi_canvas`` x ``roi_canvas`` detector canvas; a frame's crops share that canvas, so
+they go to the detector in one batched call where the model allows it. SCRFD's cost grows with
+canvas area: on one CPU thread a 192 px canvas takes about 5 ms, a 640x384 frame about 31 ms. A crop that
 moves by less than ``roi_hold`` of its side stays where it was, so a still face is re-detected
 on the same pixels. Offline, a face found by a full detection is followed back through the
 frames since the previous one (:func:`backfill`).
@@ -33,6 +34,7 @@ from fusion_ray.core.matching import iou_matrix, landmark_distance_matrix
 from fusion_ray.core.tracking import NO_TRACK, FrameFaces, Tracker, TrackPrediction, gate_scale
 from fusion_ray.core.tracking_config import TrackingConfig
 from fusion_ray.models.detector import DetectorCanvases, ScrfdDetector, nms
+from fusion_ray.models.detector_batch import batch_detector
 from fusion_ray.types import Frame, check_frame
 
 CropBox = tuple[int, int, int, int]
@@ -133,17 +135,19 @@ class RoiResult:
 
 def redetect(frame: Frame, detector: ScrfdDetector, predictions: Sequence[TrackPrediction],
              cfg: TrackingConfig, previous: Mapping[int, CropBox] | None = None) -> RoiResult:
-    """Re-detect each predicted face on its crop with ``detector`` (a small-canvas one).
+    """Re-detect each predicted face on its crop with ``detector`` (a square small-canvas one).
 
-    ``previous``: each track's last crop, kept while it still fits (:func:`hold_roi`).
-    Duplicates from overlapping crops are removed (NMS at the detector's IoU).
+    Every crop is placed on the same canvas, so with a batch-dynamic detector
+    (:func:`~fusion_ray.models.detector_batch.batch_detector`) all of a frame's crops go in one
+    call, with the faces one call per crop finds. ``previous``: each track's last crop, kept
+    while it still fits (:func:`hold_roi`). Duplicates from overlapping crops are removed (NMS at
+    the detector's IoU).
     """
     check_frame(frame)
     frame_hw = (frame.shape[0], frame.shape[1])
-    found: list[FrameFaces] = []
     scores: dict[int, float] = {}
     boxes: dict[int, CropBox] = {}
-    crops = 0
+    wanted: list[tuple[TrackPrediction, CropBox]] = []
     for pred in predictions:
         scores[pred.track_id] = 0.0
         proposed = roi_for(pred.bbox_xyxy, frame_hw, cfg.roi_growth, cfg.roi_canvas)
@@ -151,19 +155,21 @@ def redetect(frame: Frame, detector: ScrfdDetector, predictions: Sequence[TrackP
             continue
         crop = hold_roi((previous or {}).get(pred.track_id), proposed, cfg.roi_hold)
         boxes[pred.track_id] = crop
-        x1, y1, x2, y2 = crop
-        crops += 1
-        faces = to_frame(FrameFaces.from_faces(detector.detect(frame[y1:y2, x1:x2])), crop)
+        wanted.append((pred, crop))
+    detected = detector.detect_batch([frame[y1:y2, x1:x2] for _, (x1, y1, x2, y2) in wanted])
+    found: list[FrameFaces] = []
+    for (pred, crop), crop_faces in zip(wanted, detected, strict=True):
+        faces = to_frame(FrameFaces.from_faces(crop_faces), crop)
         best = pick_for_track(faces, pred, cfg.max_landmark_distance)
         if best is not None:
             found.append(faces.take([best]))
             scores[pred.track_id] = float(faces.score[best])
     if not found:
-        return RoiResult(FrameFaces.empty(), scores, crops, boxes)
+        return RoiResult(FrameFaces.empty(), scores, len(wanted), boxes)
     merged = FrameFaces(np.concatenate([f.bbox_xyxy for f in found]), np.concatenate([f.landmarks_5 for f in found]),
                         np.concatenate([f.score for f in found]))
     keep = nms(merged.bbox_xyxy, merged.score, detector.cfg.nms_iou)
-    return RoiResult(merged.take(np.sort(keep)), scores, crops, boxes)
+    return RoiResult(merged.take(np.sort(keep)), scores, len(wanted), boxes)
 
 
 def backfill(history: Sequence[tuple[int, Frame, FrameFaces]], face: FrameFaces, detector: ScrfdDetector,
@@ -232,7 +238,9 @@ class StepResult:
 class TrackingDetector:
     """Full-frame or crop re-detection per frame, frames of one segment in order.
 
-    ``step(frame_idx, frame)`` gives the raw detections (a segment's raw detections, with the
+    With ``batch`` (the default) the detector's batch-dynamic copy runs, where one can be made
+    (:func:`~fusion_ray.models.detector_batch.batch_detector`), and each frame's crops go in one
+    call. ``step(frame_idx, frame)`` gives the raw detections (a segment's raw detections, with the
     backfilled faces added, go to :func:`~fusion_ray.core.tracking.track_segment` for offline
     tracking) and the online tracker's faces (live streams). With ``lookback`` (offline; by
     default ``cfg.lookback``; live streams pass False), the last ``full_every`` frames are kept so that a face that entered since the last full
@@ -240,9 +248,11 @@ class TrackingDetector:
     """
 
     def __init__(self, detector: ScrfdDetector, cfg: TrackingConfig, fps: float = 30.0, *,
-                 lookback: bool | None = None) -> None:
-        self.full_detector = detector
-        self.roi_detector = roi_detector(detector, cfg.roi_canvas)
+                 lookback: bool | None = None, batch: bool = True) -> None:
+        # one session for both: the batch-dynamic copy gives a single frame's faces unchanged
+        base = batch_detector(detector) if batch else detector
+        self.full_detector = base
+        self.roi_detector = roi_detector(base, cfg.roi_canvas)
         self.cfg = cfg
         self.fps = fps
         self.lookback = cfg.lookback if lookback is None else lookback
