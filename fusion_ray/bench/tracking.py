@@ -37,6 +37,7 @@ from fusion_ray.bench.runner import shared_assets_dir
 from fusion_ray.bench.tracking_clips import (
     Clip,
     crossing_clip,
+    group_clip,
     make_sprite,
     motion_clip,
     still_clip,
@@ -88,14 +89,14 @@ def load_detector(model_path: Path) -> ScrfdDetector:
 
 def build_clips(detector: ScrfdDetector, images_dir: Path) -> list[Clip]:
     sprites = {}
-    for name in ("obama", "biden"):
+    for name in ("obama", "biden", "obama_and_biden"):
         photo = read_image(images_dir / f"{name}.jpg").frame
         faces = detector.detect(photo)
         if not faces:
             raise NoFaceError(f"no face found on {images_dir / name}.jpg")
-        sprites[name] = make_sprite(photo, faces[0])
+        sprites[name] = make_sprite(photo, faces[-1])   # the group photo's third face
     return [motion_clip(sprites["obama"]), crossing_clip(sprites["obama"], sprites["biden"]),
-            still_clip(sprites["biden"])]
+            still_clip(sprites["biden"]), group_clip(sprites["obama"], sprites["biden"], sprites["obama_and_biden"])]
 
 
 def run_per_frame(detector: ScrfdDetector, clip: Clip) -> tuple[list[FrameFaces], float]:
