@@ -125,6 +125,10 @@ def run_tracker(detector: ScrfdDetector, clip: Clip, cfg: TrackingConfig) -> tup
         raw.append(step.raw)
         causal.append(step.raw)
         online.append(step.online)
+    start = time.process_time()
+    for idx, faces in tracking.finish().items():
+        raw[idx] = merge(raw[idx], faces)
+    cpu += time.process_time() - start
     return raw, causal, online, tracking, cpu
 
 

@@ -14,6 +14,10 @@ A face seen on the previous frame and not found on its crop (it moved further th
 or it is hidden) makes the tracking detector search the whole frame at once (reason
 ``missed``), so a visible face is not left out for a frame.
 
+Offline, a confident, slow track away from other faces skips its crop on every other frame and
+is interpolated there (:mod:`~fusion_ray.core.roi_skip`); a skipped frame whose next frame does
+not find the face is re-detected after all, and so is a skipped last frame (``finish``).
+
 A full-frame detection runs (:func:`full_detection_reason`) on a segment's first frame, when
 ``full_every`` frames have passed since the last one (new faces), on the frame after a track
 was lost, and after a re-detected face scored below ``roi_min_score``.
@@ -31,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fusion_ray.core.matching import iou_matrix, landmark_distance_matrix
+from fusion_ray.core.roi_skip import skippable
 from fusion_ray.core.tracking import NO_TRACK, FrameFaces, Tracker, TrackPrediction, gate_scale
 from fusion_ray.core.tracking_config import TrackingConfig
 from fusion_ray.models.detector import DetectorCanvases, ScrfdDetector, nms
@@ -217,6 +222,8 @@ class DetectionCounters:
 
     full: int = 0
     roi: int = 0
+    skipped: int = 0
+    """Crops not run: a confident, slow track between two detections (:mod:`~fusion_ray.core.roi_skip`)."""
     backfilled: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
 
@@ -240,11 +247,14 @@ class TrackingDetector:
 
     With ``batch`` (the default) the detector's batch-dynamic copy runs, where one can be made
     (:func:`~fusion_ray.models.detector_batch.batch_detector`), and each frame's crops go in one
-    call. ``step(frame_idx, frame)`` gives the raw detections (a segment's raw detections, with the
+    call. Offline (``lookback``), a confident, slow track away from other faces skips its crop
+    on every other frame (:mod:`~fusion_ray.core.roi_skip`; ``cfg.roi_skip_motion`` 0 turns it
+    off). ``step(frame_idx, frame)`` gives the raw detections (a segment's raw detections, with the
     backfilled faces added, go to :func:`~fusion_ray.core.tracking.track_segment` for offline
     tracking) and the online tracker's faces (live streams). With ``lookback`` (offline; by
     default ``cfg.lookback``; live streams pass False), the last ``full_every`` frames are kept so that a face that entered since the last full
-    detection is followed back (:func:`backfill`). ``start_segment()`` starts a new segment.
+    detection is followed back (:func:`backfill`). ``start_segment()`` starts a new segment, and
+    ``finish()`` ends one (its faces go into the segment's raw detections like a backfill).
     """
 
     def __init__(self, detector: ScrfdDetector, cfg: TrackingConfig, fps: float = 30.0, *,
@@ -270,22 +280,36 @@ class TrackingDetector:
         self._low_score = False
         self._known: set[int] = set()
         self._crops: dict[int, CropBox] = {}
+        self._skipped: set[int] = set()
+        self._skip_predictions: list[TrackPrediction] = []
+        self._lost_skipped = False
         self._history: deque[tuple[int, Frame, FrameFaces]] = deque(maxlen=self.cfg.full_every)
 
     def step(self, frame_idx: int, frame: Frame) -> StepResult:
+        # a track that skipped its crop on the previous frame was not lost there
+        lost = bool(set(self.tracker.newly_lost) - self._skipped) or self._lost_skipped
         reason = full_detection_reason(frame_idx, last_full=self._last_full, cfg=self.cfg,
-                                       lost=bool(self.tracker.newly_lost), low_score=self._low_score)
+                                       lost=lost, low_score=self._low_score)
+        skip: set[int] = set()
+        skip_predictions: list[TrackPrediction] = []
         if reason is None:
             predictions = self.tracker.predictions(frame_idx)
-            result = redetect(frame, self.roi_detector, predictions, self.cfg, self._crops)
+            if self.lookback:
+                last = {p.track_id: p for p in self.tracker.predictions(frame_idx - 1)}
+                skip = skippable(predictions, last, self._skipped, self.cfg)
+            result = redetect(frame, self.roi_detector, [p for p in predictions if p.track_id not in skip],
+                              self.cfg, self._crops)
             self._crops.update(result.boxes)
             raw = result.faces
             self._low_score = any(0 < s < self.cfg.roi_min_score for s in result.scores.values())
             self.counters.roi += result.crops
-            # A face seen on the previous frame and not found on its crop (it moved further
-            # than the gate, or it is hidden): the whole frame is searched now, not on the next.
-            if any(result.scores[p.track_id] == 0 for p in predictions if p.misses == 0 and p.track_id in result.boxes):
-                reason = "missed"
+            # A face seen on the previous frame (or skipped there) and not found on its crop (it
+            # moved further than the gate, or it is hidden): the whole frame is searched now.
+            if any(result.scores[p.track_id] == 0 for p in predictions
+                   if (p.misses == 0 or p.track_id in self._skipped) and p.track_id in result.boxes):
+                reason, skip = "missed", set()
+            self.counters.skipped += len(skip)
+            skip_predictions = [p for p in predictions if p.track_id in skip]
         if reason is not None:
             raw = FrameFaces.from_faces(self.full_detector.detect(frame))
             self._last_full = frame_idx
@@ -294,12 +318,46 @@ class TrackingDetector:
             self.counters.reasons[reason] = self.counters.reasons.get(reason, 0) + 1
         online = self.tracker.update(frame_idx, raw, (frame.shape[0], frame.shape[1]))
         added = self._backfill(online, raw) if self.lookback and reason not in (None, "first") else {}
+        for idx, faces in self._catch_up(frame_idx, online).items():
+            added[idx] = merge(added[idx], faces) if idx in added else faces
         self._known.update(online.track_id.tolist())
         live = {p.track_id for p in self.tracker.predictions(frame_idx + 1)}
         self._crops = {tid: crop for tid, crop in self._crops.items() if tid in live}
+        self._skipped, self._skip_predictions = skip & live, skip_predictions
         if self.lookback:
             self._history.append((frame_idx, frame, raw))
         return StepResult(raw, online, added)
+
+    def finish(self) -> dict[int, FrameFaces]:
+        """The segment ended: tracks that skipped its last frame are re-detected there (nothing
+        after it interpolates them). Returns frame index -> faces to add, as ``backfill``."""
+        if not self._skipped or not self._history:
+            return {}
+        idx, frame, raw = self._history[-1]
+        result = redetect(frame, self.roi_detector, self._skip_predictions, self.cfg, self._crops)
+        self.counters.roi += result.crops
+        self._skipped, self._skip_predictions = set(), []
+        if not len(result.faces):
+            return {}
+        self._history[-1] = (idx, frame, merge(raw, result.faces))
+        return {idx: result.faces}
+
+    def _catch_up(self, frame_idx: int, online: FrameFaces) -> dict[int, FrameFaces]:
+        """A track that skipped the previous frame and is not found on this one (hidden, or it
+        turned or sped up) gets its crop on the previous frame now, so that frame is not left
+        in a longer gap; and the next frame has a full detection, as after a lost track."""
+        missing = self._skipped - set(online.track_id[~online.interpolated].tolist())
+        self._lost_skipped = bool(missing)
+        if not missing or not self._history or self._history[-1][0] != frame_idx - 1:
+            return {}
+        idx, frame, raw = self._history[-1]
+        result = redetect(frame, self.roi_detector, [p for p in self._skip_predictions if p.track_id in missing],
+                          self.cfg, self._crops)
+        self.counters.roi += result.crops
+        if not len(result.faces):
+            return {}
+        self._history[-1] = (idx, frame, merge(raw, result.faces))
+        return {idx: result.faces}
 
     def _backfill(self, online: FrameFaces, raw: FrameFaces) -> dict[int, FrameFaces]:
         added: dict[int, FrameFaces] = {}
