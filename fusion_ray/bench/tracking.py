@@ -84,7 +84,7 @@ class Result:
 
 def load_detector(model_path: Path) -> ScrfdDetector:
     session, _ = create_session(model_path, RuntimeConfig(providers=["cpu"], intra_op_threads=1), cpu_budget=1)
-    return ScrfdDetector(session, get_spec("scrfd_2.5g"), DetectorConfig())
+    return ScrfdDetector(session, get_spec("scrfd_2.5g"), DetectorConfig(), model_path=model_path)
 
 
 def build_clips(detector: ScrfdDetector, images_dir: Path) -> list[Clip]:
