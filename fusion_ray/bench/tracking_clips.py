@@ -86,13 +86,27 @@ Motion = Callable[[int], tuple[tuple[float, float], float, float]]
 """Frame index -> (centre, angle in degrees, scale) of a sprite."""
 
 
+Squash = Callable[[int], float]
+"""Frame index -> a sprite's horizontal scale about its landmark centre (below 1: the face as
+it turns away, its width shrinking while its height stays)."""
+
+
+def squashed(m: npt.NDArray[np.float64], sprite: Sprite, width: float) -> npt.NDArray[np.float64]:
+    """``m`` after scaling the sprite by ``width`` horizontally about its landmark centre."""
+    cx = float(sprite.landmarks.mean(axis=0)[0])
+    squash = np.asarray([[width, 0.0, (1.0 - width) * cx], [0.0, 1.0, 0.0]])
+    return np.concatenate([m[:, :2] @ squash[:, :2], (m[:, :2] @ squash[:, 2] + m[:, 2])[:, None]], axis=1)
+
+
 def render(name: str, sprites: Sequence[Sprite], motions: Sequence[Motion], n_frames: int,
-           hidden: dict[int, Sequence[int]], description: str) -> Clip:
+           hidden: dict[int, Sequence[int]], description: str,
+           squash: dict[int, Squash] | None = None) -> Clip:
     """Composite the sprites (later ones in front) and work out the truth.
 
-    ``hidden``: sprite index -> frames where a black box covers that face. A face is visible
-    when its 5 true landmarks lie inside the frame and none is covered by a sprite in front
-    of it or by a black box.
+    ``hidden``: sprite index -> frames where a black box covers that face. ``squash``: sprite
+    index -> its horizontal scale per frame (a turn). A face is visible when its 5 true
+    landmarks lie inside the frame and none is covered by a sprite in front of it or by a
+    black box.
     """
     h, w = FRAME_HW
     bg = background()
@@ -107,6 +121,8 @@ def render(name: str, sprites: Sequence[Sprite], motions: Sequence[Motion], n_fr
         for j, (sprite, motion) in enumerate(zip(sprites, motions, strict=True)):
             centre, angle, scale = motion(f)
             m = similarity(sprite, centre, angle, scale)
+            if squash is not None and j in squash:
+                m = squashed(m, sprite, squash[j](f))
             pix = cv2.warpAffine(sprite.pixels, m, (w, h), flags=cv2.INTER_LINEAR).astype(np.float32)
             alpha = cv2.warpAffine(sprite.alpha, m, (w, h), flags=cv2.INTER_LINEAR)[..., None]
             canvas = canvas * (1 - alpha) + pix * alpha
@@ -172,3 +188,28 @@ def still_clip(sprite: Sprite, n_frames: int = 90) -> Clip:
 
     return render("still", [sprite], [motion], n_frames, {0: [45, 46]},
                   "one near-still face (a slight sway), hidden 2 frames")
+
+
+def group_clip(turning: Sprite, crossing: Sprite, covered: Sprite, n_frames: int = 150) -> Clip:
+    """Three faces, as real footage has them: one turns (in-plane +-30 degrees while its width
+    shrinks to 55% and back, as a head turning away) while it walks across; one walks the other
+    way and crosses behind it; one stands, zooms slowly and is hidden under a box twice (2 and 3
+    frames) while the other two pass."""
+    st, sc, sv = 40.0 / turning.eye_distance, 36.0 / crossing.eye_distance, 34.0 / covered.eye_distance
+
+    def turning_motion(f: int) -> tuple[tuple[float, float], float, float]:
+        return (70 + 500 * f / (n_frames - 1), 200 + 10 * math.sin(f / 10)), 30 * math.sin(2 * math.pi * f / 60), st
+
+    def crossing_motion(f: int) -> tuple[tuple[float, float], float, float]:
+        return (580 - 480 * f / (n_frames - 1), 215 - 12 * math.sin(f / 14)), -10 * math.sin(f / 17), sc
+
+    def covered_motion(f: int) -> tuple[tuple[float, float], float, float]:
+        return (330 + 6 * math.sin(f / 21), 95 + 4 * math.sin(f / 16)), 4 * math.sin(f / 25), sv * (1 + 0.2 * f / n_frames)
+
+    def turn(f: int) -> float:
+        return 1.0 - 0.45 * (0.5 - 0.5 * math.cos(2 * math.pi * f / 50))
+
+    return render("group", [covered, crossing, turning], [covered_motion, crossing_motion, turning_motion],
+                  n_frames, {0: [60, 61, 100, 101, 102]},
+                  "three faces: one turns (+-30 deg, width 55-100%) walking across, one crosses behind it, "
+                  "one stands and zooms, hidden 2 and 3 frames", squash={2: turn})

@@ -124,7 +124,8 @@ class ModelSet:
         opener = _Opener(store, cfg, cpu_budget, progress)
         if "detector" in wanted:
             opened = opener.open("detector", names.detector)
-            models.detector = ScrfdDetector(opened.session, get_spec(names.detector), cfg.detector)
+            models.detector = ScrfdDetector(opened.session, get_spec(names.detector), cfg.detector,
+                                            model_path=opened.path)
             models._record(opened, models.detector.stand_in)
         if "embedder" in wanted:
             opened = opener.open("embedder", names.embedder)

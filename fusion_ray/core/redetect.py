@@ -3,8 +3,9 @@
 Between full-frame detections each live track is re-detected on a square crop around its
 predicted box (the box's longest side times ``roi_growth``, at least ``roi_canvas`` pixels:
 the detector's cost is set by its canvas, so a small face gets more context for free), run
-at a ``roi_canvas`` x ``roi_canvas`` detector canvas. SCRFD's cost grows with canvas area:
-on one CPU thread a 192 px canvas takes about 5 ms, a 640x384 frame about 31 ms. A crop that
+at a ``roi_canvas`` x ``roi_canvas`` detector canvas; a frame's crops share that canvas, so
+they go to the detector in one batched call where the model allows it. SCRFD's cost grows with
+canvas area: on one CPU thread a 192 px canvas takes about 5 ms, a 640x384 frame about 31 ms. A crop that
 moves by less than ``roi_hold`` of its side stays where it was, so a still face is re-detected
 on the same pixels. Offline, a face found by a full detection is followed back through the
 frames since the previous one (:func:`backfill`).
@@ -12,6 +13,10 @@ frames since the previous one (:func:`backfill`).
 A face seen on the previous frame and not found on its crop (it moved further than the gate,
 or it is hidden) makes the tracking detector search the whole frame at once (reason
 ``missed``), so a visible face is not left out for a frame.
+
+Offline, a confident, slow track away from other faces skips its crop on every other frame and
+is interpolated there (:mod:`~fusion_ray.core.roi_skip`); a skipped frame whose next frame does
+not find the face is re-detected after all, and so is a skipped last frame (``finish``).
 
 A full-frame detection runs (:func:`full_detection_reason`) on a segment's first frame, when
 ``full_every`` frames have passed since the last one (new faces), on the frame after a track
@@ -30,9 +35,11 @@ import numpy as np
 import numpy.typing as npt
 
 from fusion_ray.core.matching import iou_matrix, landmark_distance_matrix
+from fusion_ray.core.roi_skip import skippable
 from fusion_ray.core.tracking import NO_TRACK, FrameFaces, Tracker, TrackPrediction, gate_scale
 from fusion_ray.core.tracking_config import TrackingConfig
 from fusion_ray.models.detector import DetectorCanvases, ScrfdDetector, nms
+from fusion_ray.models.detector_batch import batch_detector
 from fusion_ray.types import Frame, check_frame
 
 CropBox = tuple[int, int, int, int]
@@ -133,17 +140,19 @@ class RoiResult:
 
 def redetect(frame: Frame, detector: ScrfdDetector, predictions: Sequence[TrackPrediction],
              cfg: TrackingConfig, previous: Mapping[int, CropBox] | None = None) -> RoiResult:
-    """Re-detect each predicted face on its crop with ``detector`` (a small-canvas one).
+    """Re-detect each predicted face on its crop with ``detector`` (a square small-canvas one).
 
-    ``previous``: each track's last crop, kept while it still fits (:func:`hold_roi`).
-    Duplicates from overlapping crops are removed (NMS at the detector's IoU).
+    Every crop is placed on the same canvas, so with a batch-dynamic detector
+    (:func:`~fusion_ray.models.detector_batch.batch_detector`) all of a frame's crops go in one
+    call, with the faces one call per crop finds. ``previous``: each track's last crop, kept
+    while it still fits (:func:`hold_roi`). Duplicates from overlapping crops are removed (NMS at
+    the detector's IoU).
     """
     check_frame(frame)
     frame_hw = (frame.shape[0], frame.shape[1])
-    found: list[FrameFaces] = []
     scores: dict[int, float] = {}
     boxes: dict[int, CropBox] = {}
-    crops = 0
+    wanted: list[tuple[TrackPrediction, CropBox]] = []
     for pred in predictions:
         scores[pred.track_id] = 0.0
         proposed = roi_for(pred.bbox_xyxy, frame_hw, cfg.roi_growth, cfg.roi_canvas)
@@ -151,19 +160,21 @@ def redetect(frame: Frame, detector: ScrfdDetector, predictions: Sequence[TrackP
             continue
         crop = hold_roi((previous or {}).get(pred.track_id), proposed, cfg.roi_hold)
         boxes[pred.track_id] = crop
-        x1, y1, x2, y2 = crop
-        crops += 1
-        faces = to_frame(FrameFaces.from_faces(detector.detect(frame[y1:y2, x1:x2])), crop)
+        wanted.append((pred, crop))
+    detected = detector.detect_batch([frame[y1:y2, x1:x2] for _, (x1, y1, x2, y2) in wanted])
+    found: list[FrameFaces] = []
+    for (pred, crop), crop_faces in zip(wanted, detected, strict=True):
+        faces = to_frame(FrameFaces.from_faces(crop_faces), crop)
         best = pick_for_track(faces, pred, cfg.max_landmark_distance)
         if best is not None:
             found.append(faces.take([best]))
             scores[pred.track_id] = float(faces.score[best])
     if not found:
-        return RoiResult(FrameFaces.empty(), scores, crops, boxes)
+        return RoiResult(FrameFaces.empty(), scores, len(wanted), boxes)
     merged = FrameFaces(np.concatenate([f.bbox_xyxy for f in found]), np.concatenate([f.landmarks_5 for f in found]),
                         np.concatenate([f.score for f in found]))
     keep = nms(merged.bbox_xyxy, merged.score, detector.cfg.nms_iou)
-    return RoiResult(merged.take(np.sort(keep)), scores, crops, boxes)
+    return RoiResult(merged.take(np.sort(keep)), scores, len(wanted), boxes)
 
 
 def backfill(history: Sequence[tuple[int, Frame, FrameFaces]], face: FrameFaces, detector: ScrfdDetector,
@@ -211,6 +222,8 @@ class DetectionCounters:
 
     full: int = 0
     roi: int = 0
+    skipped: int = 0
+    """Crops not run: a confident, slow track between two detections (:mod:`~fusion_ray.core.roi_skip`)."""
     backfilled: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
 
@@ -232,17 +245,24 @@ class StepResult:
 class TrackingDetector:
     """Full-frame or crop re-detection per frame, frames of one segment in order.
 
-    ``step(frame_idx, frame)`` gives the raw detections (a segment's raw detections, with the
+    With ``batch`` (the default) the detector's batch-dynamic copy runs, where one can be made
+    (:func:`~fusion_ray.models.detector_batch.batch_detector`), and each frame's crops go in one
+    call. Offline (``lookback``), a confident, slow track away from other faces skips its crop
+    on every other frame (:mod:`~fusion_ray.core.roi_skip`; ``cfg.roi_skip_motion`` 0 turns it
+    off). ``step(frame_idx, frame)`` gives the raw detections (a segment's raw detections, with the
     backfilled faces added, go to :func:`~fusion_ray.core.tracking.track_segment` for offline
     tracking) and the online tracker's faces (live streams). With ``lookback`` (offline; by
     default ``cfg.lookback``; live streams pass False), the last ``full_every`` frames are kept so that a face that entered since the last full
-    detection is followed back (:func:`backfill`). ``start_segment()`` starts a new segment.
+    detection is followed back (:func:`backfill`). ``start_segment()`` starts a new segment, and
+    ``finish()`` ends one (its faces go into the segment's raw detections like a backfill).
     """
 
     def __init__(self, detector: ScrfdDetector, cfg: TrackingConfig, fps: float = 30.0, *,
-                 lookback: bool | None = None) -> None:
-        self.full_detector = detector
-        self.roi_detector = roi_detector(detector, cfg.roi_canvas)
+                 lookback: bool | None = None, batch: bool = True) -> None:
+        # one session for both: the batch-dynamic copy gives a single frame's faces unchanged
+        base = batch_detector(detector) if batch else detector
+        self.full_detector = base
+        self.roi_detector = roi_detector(base, cfg.roi_canvas)
         self.cfg = cfg
         self.fps = fps
         self.lookback = cfg.lookback if lookback is None else lookback
@@ -260,22 +280,36 @@ class TrackingDetector:
         self._low_score = False
         self._known: set[int] = set()
         self._crops: dict[int, CropBox] = {}
+        self._skipped: set[int] = set()
+        self._skip_predictions: list[TrackPrediction] = []
+        self._lost_skipped = False
         self._history: deque[tuple[int, Frame, FrameFaces]] = deque(maxlen=self.cfg.full_every)
 
     def step(self, frame_idx: int, frame: Frame) -> StepResult:
+        # a track that skipped its crop on the previous frame was not lost there
+        lost = bool(set(self.tracker.newly_lost) - self._skipped) or self._lost_skipped
         reason = full_detection_reason(frame_idx, last_full=self._last_full, cfg=self.cfg,
-                                       lost=bool(self.tracker.newly_lost), low_score=self._low_score)
+                                       lost=lost, low_score=self._low_score)
+        skip: set[int] = set()
+        skip_predictions: list[TrackPrediction] = []
         if reason is None:
             predictions = self.tracker.predictions(frame_idx)
-            result = redetect(frame, self.roi_detector, predictions, self.cfg, self._crops)
+            if self.lookback:
+                last = {p.track_id: p for p in self.tracker.predictions(frame_idx - 1)}
+                skip = skippable(predictions, last, self._skipped, self.cfg)
+            result = redetect(frame, self.roi_detector, [p for p in predictions if p.track_id not in skip],
+                              self.cfg, self._crops)
             self._crops.update(result.boxes)
             raw = result.faces
             self._low_score = any(0 < s < self.cfg.roi_min_score for s in result.scores.values())
             self.counters.roi += result.crops
-            # A face seen on the previous frame and not found on its crop (it moved further
-            # than the gate, or it is hidden): the whole frame is searched now, not on the next.
-            if any(result.scores[p.track_id] == 0 for p in predictions if p.misses == 0 and p.track_id in result.boxes):
-                reason = "missed"
+            # A face seen on the previous frame (or skipped there) and not found on its crop (it
+            # moved further than the gate, or it is hidden): the whole frame is searched now.
+            if any(result.scores[p.track_id] == 0 for p in predictions
+                   if (p.misses == 0 or p.track_id in self._skipped) and p.track_id in result.boxes):
+                reason, skip = "missed", set()
+            self.counters.skipped += len(skip)
+            skip_predictions = [p for p in predictions if p.track_id in skip]
         if reason is not None:
             raw = FrameFaces.from_faces(self.full_detector.detect(frame))
             self._last_full = frame_idx
@@ -284,12 +318,46 @@ class TrackingDetector:
             self.counters.reasons[reason] = self.counters.reasons.get(reason, 0) + 1
         online = self.tracker.update(frame_idx, raw, (frame.shape[0], frame.shape[1]))
         added = self._backfill(online, raw) if self.lookback and reason not in (None, "first") else {}
+        for idx, faces in self._catch_up(frame_idx, online).items():
+            added[idx] = merge(added[idx], faces) if idx in added else faces
         self._known.update(online.track_id.tolist())
         live = {p.track_id for p in self.tracker.predictions(frame_idx + 1)}
         self._crops = {tid: crop for tid, crop in self._crops.items() if tid in live}
+        self._skipped, self._skip_predictions = skip & live, skip_predictions
         if self.lookback:
             self._history.append((frame_idx, frame, raw))
         return StepResult(raw, online, added)
+
+    def finish(self) -> dict[int, FrameFaces]:
+        """The segment ended: tracks that skipped its last frame are re-detected there (nothing
+        after it interpolates them). Returns frame index -> faces to add, as ``backfill``."""
+        if not self._skipped or not self._history:
+            return {}
+        idx, frame, raw = self._history[-1]
+        result = redetect(frame, self.roi_detector, self._skip_predictions, self.cfg, self._crops)
+        self.counters.roi += result.crops
+        self._skipped, self._skip_predictions = set(), []
+        if not len(result.faces):
+            return {}
+        self._history[-1] = (idx, frame, merge(raw, result.faces))
+        return {idx: result.faces}
+
+    def _catch_up(self, frame_idx: int, online: FrameFaces) -> dict[int, FrameFaces]:
+        """A track that skipped the previous frame and is not found on this one (hidden, or it
+        turned or sped up) gets its crop on the previous frame now, so that frame is not left
+        in a longer gap; and the next frame has a full detection, as after a lost track."""
+        missing = self._skipped - set(online.track_id[~online.interpolated].tolist())
+        self._lost_skipped = bool(missing)
+        if not missing or not self._history or self._history[-1][0] != frame_idx - 1:
+            return {}
+        idx, frame, raw = self._history[-1]
+        result = redetect(frame, self.roi_detector, [p for p in self._skip_predictions if p.track_id in missing],
+                          self.cfg, self._crops)
+        self.counters.roi += result.crops
+        if not len(result.faces):
+            return {}
+        self._history[-1] = (idx, frame, merge(raw, result.faces))
+        return {idx: result.faces}
 
     def _backfill(self, online: FrameFaces, raw: FrameFaces) -> dict[int, FrameFaces]:
         added: dict[int, FrameFaces] = {}

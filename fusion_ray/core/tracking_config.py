@@ -29,6 +29,12 @@ class TrackingConfig(BaseModel):
                             "gives the detector the same pixels: no jitter from the crop moving).")
     roi_min_score: float = Field(default=0.6, gt=0.0, lt=1.0, description="A re-detected face scoring below this "
                                  "asks for a full-frame detection on the next frame.")
+    roi_skip_motion: float = Field(
+        default=0.1, ge=0.0, le=1.0, description="Offline: a track seen on the previous frame, scoring at least "
+        "roi_skip_score, away from other faces and predicted to move at most this many eye distances skips its "
+        "crop on every other frame (interpolated there from its detections on both sides); 0 turns this off.")
+    roi_skip_score: float = Field(default=0.75, gt=0.0, lt=1.0,
+                                  description="Smallest last score of a track that may skip a crop.")
     max_gap: int = Field(default=3, ge=0, description="G: a face missed for at most G frames between two "
                          "detections of its track is interpolated (offline) or held (online).")
     lookback: bool = Field(default=True, description="Offline: a face found by a full detection is followed back "

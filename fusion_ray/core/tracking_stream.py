@@ -78,11 +78,7 @@ class SegmentTracks:
         """This frame's raw detections, and faces found back on earlier frames; the frames now final."""
         if self._newest is not None and frame_idx != self._newest + 1:
             raise ValueError(f"expected frame {self._newest + 1}, got {frame_idx}")
-        for idx, faces in (backfill or {}).items():
-            if idx not in self._raw:
-                raise ValueError(f"frame {idx} is already linked: a backfill reaches at most "
-                                 f"{self.raw_lag} frames back")
-            self._raw[idx] = merge(self._raw[idx], faces)
+        self._add_backfill(backfill)
         self._raw[frame_idx] = raw
         if self._next_out is None:
             self._next_out = frame_idx
@@ -92,12 +88,21 @@ class SegmentTracks:
             return []
         return self._emit_until(self._linked - (self.lookahead - self.raw_lag))
 
-    def finish(self) -> list[tuple[int, FrameFaces]]:
-        """The segment ended: every frame still held."""
+    def finish(self, backfill: Mapping[int, FrameFaces] | None = None) -> list[tuple[int, FrameFaces]]:
+        """The segment ended: every frame still held (``backfill``: faces found last on frames
+        not linked yet, as :meth:`add` takes them)."""
         if self._newest is None:
             return []
+        self._add_backfill(backfill)
         self._link_until(self._newest)
         return self._emit_until(self._newest)
+
+    def _add_backfill(self, backfill: Mapping[int, FrameFaces] | None) -> None:
+        for idx, faces in (backfill or {}).items():
+            if idx not in self._raw:
+                raise ValueError(f"frame {idx} is already linked: a backfill reaches at most "
+                                 f"{self.raw_lag} frames back")
+            self._raw[idx] = merge(self._raw[idx], faces)
 
     def live(self, frame_idx: int) -> set[int]:
         """Tracks that have not ended by ``frame_idx``: seen there or later, or still followed."""

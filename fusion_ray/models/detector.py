@@ -12,6 +12,7 @@ import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -129,6 +130,25 @@ def decode_scrfd(outputs: Sequence[np.ndarray], canvas_hw: tuple[int, int], thre
             np.concatenate(all_kps))
 
 
+def split_rows(outputs: Sequence[np.ndarray], n: int, canvas_hw: tuple[int, int],
+               strides: Sequence[int] = STRIDES, anchors: int = ANCHORS_PER_LOCATION) -> list[list[np.ndarray]]:
+    """Each image's outputs from one call on ``n`` images of one canvas (a batch-dynamic copy of
+    an insightface export): per grid cell, a stride's output holds the ``anchors`` rows of image
+    0, then those of image 1, ... Output ``i`` is of stride ``strides[i % len(strides)]``."""
+    images: list[list[np.ndarray]] = [[] for _ in range(n)]
+    for i, out in enumerate(outputs):
+        stride = strides[i % len(strides)]
+        cells = (canvas_hw[0] // stride) * (canvas_hw[1] // stride)
+        rows = np.asarray(out)
+        if rows.shape[0] != cells * n * anchors:
+            raise ModelError(f"SCRFD: output {i} has {rows.shape[0]} rows, expected {cells * n * anchors} "
+                             f"for {n} images at {canvas_hw}")
+        grid = rows.reshape(cells, n, anchors, *rows.shape[1:])
+        for k in range(n):
+            images[k].append(grid[:, k].reshape(cells * anchors, *rows.shape[1:]))
+    return images
+
+
 def nms(boxes: FloatArray, scores: FloatArray, iou_threshold: float) -> npt.NDArray[np.int64]:
     """Indices of the boxes kept by greedy non-maximum suppression, highest score first."""
     if len(boxes) == 0:
@@ -150,12 +170,17 @@ def nms(boxes: FloatArray, scores: FloatArray, iou_threshold: float) -> npt.NDAr
 
 
 class ScrfdDetector(NotPicklable):
-    """SCRFD face detector. ``detect(frame)`` returns faces by descending score ([] when none)."""
+    """SCRFD face detector. ``detect(frame)`` returns faces by descending score ([] when none).
 
-    def __init__(self, session: ort.InferenceSession, spec: ModelSpec, cfg: DetectorConfig) -> None:
+    ``model_path``: the file the session runs, where known (a batch-dynamic copy is made from it:
+    :func:`~fusion_ray.models.detector_batch.batch_detector`)."""
+
+    def __init__(self, session: ort.InferenceSession, spec: ModelSpec, cfg: DetectorConfig, *,
+                 model_path: Path | None = None) -> None:
         self.session = session
         self.spec = spec
         self.cfg = cfg
+        self.model_path = model_path
         inputs = session.get_inputs()
         if len(inputs) != 1 or len(inputs[0].shape) != 4:
             raise ModelError(f"{spec.name}: expected one NCHW input, got {[(i.name, i.shape) for i in inputs]}")
@@ -164,6 +189,8 @@ class ScrfdDetector(NotPicklable):
         self.model_hw: tuple[int | None, int | None] = (
             shape[2] if isinstance(shape[2], int) else None,
             shape[3] if isinstance(shape[3], int) else None)
+        self.batch_dynamic = not isinstance(shape[0], int)
+        """The session takes several images per call (:meth:`detect_batch` stacks them)."""
         self.output_names = [o.name for o in session.get_outputs()]
         if len(self.output_names) != 3 * len(STRIDES):
             raise ModelError(f"{spec.name}: expected 9 outputs (SCRFD with 5 landmarks), "
@@ -195,8 +222,24 @@ class ScrfdDetector(NotPicklable):
         return self.postprocess(self.forward(blob), plan, frame.shape[:2])
 
     def detect_batch(self, frames: Sequence[Frame]) -> list[list[Face]]:
-        """Faces for each frame (the insightface exports have a fixed batch of 1: a loop)."""
-        return [self.detect(frame) for frame in frames]
+        """Faces for each frame, as :meth:`detect` gives them. With a batch-dynamic session the
+        frames placed on the same canvas go in one call (square canvases: every frame); the
+        insightface exports have a fixed batch of 1, so there it is one call per frame."""
+        if not self.batch_dynamic or len(frames) < 2:
+            return [self.detect(frame) for frame in frames]
+        for frame in frames:
+            check_frame(frame)
+        prepared = [self.preprocess(frame) for frame in frames]
+        groups: dict[tuple[int, int], list[int]] = {}
+        for k, (_, plan) in enumerate(prepared):
+            groups.setdefault(plan.canvas_hw, []).append(k)
+        found: dict[int, list[Face]] = {}
+        for canvas_hw, members in groups.items():
+            outputs = self.forward(np.concatenate([prepared[k][0] for k in members]))
+            rows = split_rows(outputs, len(members), canvas_hw) if len(members) > 1 else [outputs]
+            for k, image_rows in zip(members, rows, strict=True):
+                found[k] = self.postprocess(image_rows, prepared[k][1], frames[k].shape[:2])
+        return [found[k] for k in range(len(frames))]
 
 
 class DetectorCanvases:
@@ -216,5 +259,6 @@ class DetectorCanvases:
             if (size, square) not in self._made:
                 update: dict[str, object] = {"size": size, "canvas": "square"} if square else {"size": size}
                 self._made[(size, square)] = ScrfdDetector(self.base.session, self.base.spec,
-                                                           self.base.cfg.model_copy(update=update))
+                                                           self.base.cfg.model_copy(update=update),
+                                                           model_path=self.base.model_path)
             return self._made[(size, square)]

@@ -104,6 +104,35 @@ class StageStats:
         return self.idle_s / total if total > 0 else 0.0
 
 
+LOCAL_LINES = {"track": ("decode", "track"), "compute": ("compute",), "encode": ("encode",)}
+"""The local runner's lines (threads of one kind) and the stages whose clocks they fill: the
+decoders decode and track (``track``; ``decode`` alone when tracking is off), the compute threads
+run the chain (their ``compute`` clock waits; the steps inside it never do), the encoder writes."""
+
+
+def line_shares(stages: Mapping[str, StageStats]) -> dict[str, dict[str, float]]:
+    """Each local-runner line's busy and idle seconds and busy share, busy / (busy + idle): the
+    share of its threads' time they worked (empty for a runner without these lines). The line
+    nearest 1 bounds the job; the others wait for it."""
+    if "compute" not in stages:
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for line, names in LOCAL_LINES.items():
+        present = [stages[name] for name in names if name in stages]
+        if not present:
+            continue
+        busy, idle = sum(s.busy_s for s in present), sum(s.idle_s for s in present)
+        name = line if line != "track" or "track" in stages else "decode"
+        out[name] = {"busy_s": round(busy, 3), "idle_s": round(idle, 3),
+                     "busy_share": round(busy / (busy + idle), 3) if busy + idle > 0 else 0.0}
+    return out
+
+
+def bounding_line(lines: Mapping[str, Mapping[str, float]]) -> str | None:
+    """The line with the highest busy share (None without lines)."""
+    return max(lines, key=lambda name: lines[name]["busy_share"]) if lines else None
+
+
 @dataclass
 class Fold:
     """What one batch held: its frames, and per video segment the frames that reached a writer
@@ -240,6 +269,8 @@ class JobReport:
             "stages": {name: {"busy_s": round(s.busy_s, 3), "idle_s": round(s.idle_s, 3),
                               "idle_ratio": round(s.idle_ratio, 3)} for name, s in self.stages.items()},
             "steps": {name: {"busy_s": round(busy, 3)} for name, busy in self.steps.items()},
+            "lines": (lines := line_shares(self.stages)),
+            "bound": bounding_line(lines),
             "items": [asdict(item) for item in self.items],
         }
 

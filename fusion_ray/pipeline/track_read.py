@@ -8,7 +8,8 @@ decodes one segment in order anyway. With tracking on, a video read task:
    stage's CPU budget;
 2. runs :class:`~fusion_ray.core.redetect.TrackingDetector` on each decoded frame: a full-frame
    detection on the segment's first frame, every ``full_every`` frames, after a loss or a low
-   crop score; crop re-detection of each tracked face otherwise;
+   crop score; crop re-detection of the tracked faces otherwise (one batched detector call per
+   frame; a confident, slow face every other frame, interpolated in between);
 3. holds the newest frames (at most :func:`~fusion_ray.core.tracking_stream.lookahead` + 1)
    until :class:`~fusion_ray.core.tracking_stream.SegmentTracks` has made their faces final
    (lookback, gap filling, centred-window smoothing);
@@ -128,7 +129,11 @@ class SegmentReader:
             released = list(self._release(final))
             row.track_ms += (time.perf_counter() - start) * 1000.0
             yield from released
-        yield from self._release(self.tracks.finish())
+        start = time.perf_counter()
+        final = self.tracks.finish(self.detector.finish())
+        if self.buffer:   # the last frame's re-detections, where a track skipped it
+            self.buffer[-1].track_ms += (time.perf_counter() - start) * 1000.0
+        yield from self._release(final)
 
     def _release(self, final: Sequence[tuple[int, FrameFaces]]) -> Iterator[TrackedFrame]:
         for index, faces in final:

@@ -18,7 +18,7 @@ from fusion_ray.bench.tracking import (
     summarise,
     to_markdown,
 )
-from fusion_ray.bench.tracking_clips import crossing_clip, make_sprite, motion_clip
+from fusion_ray.bench.tracking_clips import crossing_clip, group_clip, make_sprite, motion_clip
 from fusion_ray.core.tracking import FrameFaces
 from fusion_ray.core.tracking_config import TrackingConfig
 from fusion_ray.imageio import read_image
@@ -93,6 +93,21 @@ def test_tracked_methods_report_counters_and_beat_per_frame_on_hidden_frames(det
     assert tracked.full >= 3 and tracked.roi > 0 and tracked.full + tracked.roi >= 30 - 1
     assert tracked.missed_hidden == 0 and tracked.hidden == 1   # frame 20 is hidden for one frame
     assert tracked.error < 0.1 and tracked.id_switches == 0 and tracked.tracks == 1
+
+
+def test_the_group_clip_turns_crosses_and_hides_faces_the_detector_finds(detector, sprites):
+    clip = group_clip(sprites["obama"], sprites["biden"], sprites["biden"], n_frames=150)
+    assert clip.truth.shape == (150, 3, 5, 2) and clip.hidden[:, 0].sum() == 5
+    eyes = np.linalg.norm(clip.truth[:, 2, 1] - clip.truth[:, 2, 0], axis=-1)
+    assert eyes.min() < 0.65 * eyes.max()                    # the turning face narrows
+    assert not clip.visible[:, 1].all() and clip.visible[:, 2].all()   # the crossing face goes behind
+    for f in (0, 25, 125):
+        faces = FrameFaces.from_faces(detector.detect(clip.frames[f]))
+        assert len(faces) == 3, f
+        for j in range(3):
+            truth = clip.truth[f, j]
+            dist = np.linalg.norm(faces.landmarks_5 - truth, axis=-1).mean(-1).min()
+            assert dist < 0.15 * np.linalg.norm(truth[1] - truth[0]), (f, j)
 
 
 def test_report_summary_and_markdown():

@@ -63,7 +63,7 @@ def test_full_detection_reason(frame_idx, last_full, lost, low, expected):
 @pytest.fixture(scope="module")
 def detector(scrfd_path):
     session, _ = create_session(scrfd_path, RuntimeConfig(providers=["cpu"]), cpu_budget=1)
-    return ScrfdDetector(session, get_spec("scrfd_2.5g"), DetectorConfig())
+    return ScrfdDetector(session, get_spec("scrfd_2.5g"), DetectorConfig(), model_path=scrfd_path)
 
 
 @pytest.fixture(scope="module")

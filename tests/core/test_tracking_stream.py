@@ -97,6 +97,20 @@ def test_frames_must_come_in_order_and_a_backfill_cannot_reach_linked_frames():
         tracks.add(5, FrameFaces.empty(), {1: faces_at([(300, 100)], rng)})
 
 
+def test_the_last_frames_faces_found_when_the_segment_ends_are_tracked():
+    cfg = TrackingConfig()
+    raw = scene(20, seed=3)
+    last = faces_at([(120 + 6 * 19, 180 + 10 * np.sin(19 / 5))], np.random.default_rng(7))
+    lacking = [*raw[:19], FrameFaces.empty()]
+    tracks = SegmentTracks(cfg, lookback=True, frame_hw=HW)
+    got = [out for f, faces in enumerate(lacking) for out in tracks.add(f, faces)]
+    got += tracks.finish({19: last})
+    expected = track_segment([*raw[:19], last], cfg, frame_hw=HW)
+    assert [f for f, _ in got] == list(range(20))
+    assert all(np.allclose(have.landmarks_5, want.landmarks_5, atol=1e-3) and
+               have.track_id.tolist() == want.track_id.tolist() for (_, have), want in zip(got, expected, strict=True))
+
+
 def test_live_tracks_and_best_detection():
     cfg = TrackingConfig(smoothing="off", max_gap=1, keep_lost=2, full_every=1)
     tracks = SegmentTracks(cfg, lookback=False)

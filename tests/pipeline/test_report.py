@@ -96,3 +96,20 @@ def test_each_steps_busy_time_is_summed_from_its_column_wherever_it_ran(tmp_path
     report.write(tmp_path / "r.json")
     assert json.loads((tmp_path / "r.json").read_text())["steps"] == {
         "track": {"busy_s": 0.2}, "detect": {"busy_s": 0.5}, "swap": {"busy_s": 0.3}}
+
+
+def test_each_local_line_has_its_busy_share_and_the_busiest_bounds():
+    from fusion_ray.pipeline.report import StageStats, bounding_line, line_shares
+
+    stages = {"decode": StageStats(2.0, 1.0), "track": StageStats(6.0, 0.0), "detect": StageStats(3.0, 0.0),
+              "compute": StageStats(3.0, 9.0), "encode": StageStats(1.0, 11.0)}
+    lines = line_shares(stages)
+    assert lines == {"track": {"busy_s": 8.0, "idle_s": 1.0, "busy_share": 0.889},
+                     "compute": {"busy_s": 3.0, "idle_s": 9.0, "busy_share": 0.25},
+                     "encode": {"busy_s": 1.0, "idle_s": 11.0, "busy_share": 0.083}}
+    assert bounding_line(lines) == "track"
+    del stages["track"]
+    assert set(line_shares(stages)) == {"decode", "compute", "encode"}
+    assert line_shares({"detect": StageStats(1.0, 1.0)}) == {} and bounding_line({}) is None   # the Ray runner
+    report = JobReport([], wall_s=1.0, stages={"compute": StageStats(1.0, 1.0)})
+    assert report.to_json()["lines"]["compute"]["busy_share"] == 0.5 and report.to_json()["bound"] == "compute"

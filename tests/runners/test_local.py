@@ -44,6 +44,9 @@ def test_items_finish_the_bad_one_is_reported_and_the_report_is_the_jobs(first_r
     assert saved["counts"] == {"done": 2, "failed": 1} and saved["frames"] == 49
     assert {"decode", "detect", "select", "align", "swap", "mask", "paste", "compute", "encode"} <= set(saved["stages"])
     assert saved["stages"]["detect"]["busy_s"] > 0 and saved["stages"]["compute"]["busy_s"] > 0
+    lines = saved["lines"]   # each line's busy share, and the one that bounds the job
+    assert {"compute", "encode"} <= set(lines) and ({"track", "decode"} & set(lines)) and saved["bound"] in lines
+    assert all(0 < line["busy_share"] <= 1 for line in lines.values()), lines
     assert set(saved["steps"]) == {"detect", "select", "align", "swap", "mask", "paste"}
     assert all(step["busy_s"] > 0 for step in saved["steps"].values()), saved["steps"]
     assert 0 < saved["driver"]["first_frame_s"] < saved["wall_s"]
