@@ -9,9 +9,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fusion_ray.facefusion_options import FaceFusionOptions
+from fusion_ray.options_table import LIST_OPTIONS
 from fusion_ray.serve.forms import Form, Part
 from fusion_ray.serve.images import ImageHeader, check_image
 from fusion_ray.serve.limits import ApiError, clip
+from fusion_ray.types import StreamSelectMode
 
 API_VERSION = "v1"
 STAND_IN_HEADER = "X-Fusion-Ray-Stand-In"
@@ -23,10 +25,6 @@ MEDIA_TYPES = {"png": "image/png", "jpeg": "image/jpeg"}
 SUFFIXES = {"png": ".png", "jpeg": ".jpg"}
 
 
-LIST_OPTIONS = ("face_mask_types", "face_mask_padding", "face_mask_areas", "face_mask_regions")
-"""FaceFusion options that take several values: the field repeated, or one field of words."""
-
-
 class SwapOptions(FaceFusionOptions):
     """Text fields of ``POST /v1/swap`` (besides the ``target`` and ``source`` files), with
     FaceFusion's per-request options (:class:`~fusion_ray.facefusion_options.FaceFusionOptions`)."""
@@ -35,7 +33,7 @@ class SwapOptions(FaceFusionOptions):
 
     source_id: str | None = Field(default=None, min_length=1, max_length=64,
                                   description="An id from POST /v1/sources (or send `source` image(s) instead).")
-    select: Literal["all", "largest", "index"] | None = Field(
+    select: StreamSelectMode | None = Field(
         default=None, description="Which target faces to swap (default: the service's configured mode).")
     face_index: int | None = Field(default=None, ge=0, le=1024,
                                    description="Face index in reading order, for select=index.")

@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from fusion_ray.config import EngineConfig, parse_config
 from fusion_ray.errors import ConfigError
 from fusion_ray.live.config import LiveConfig
+from fusion_ray.options_table import MODEL_MASKS, ModelMask
+from fusion_ray.types import STREAM_SELECT_MODES
 
 APP_IMPORT_PATH = "fusion_ray.serve.app:build_app"
 DEFAULT_TOKEN_ENV = "FUSION_RAY_API_TOKEN"
@@ -139,7 +141,7 @@ class LimitsSettings(_Settings):
     enhancer_allowed: bool = Field(
         default=True, description="Requests may ask for the enhancer (enhance, face_enhancer_*); false: 403 "
         "over_cap. The enhancer costs more than the swap.")
-    mask_models_allowed: list[Literal["occlusion", "region"]] = Field(
+    mask_models_allowed: list[ModelMask] = Field(
         default_factory=list,
         description="Mask types that run a model per face which requests may ask for in face_mask_types (403 "
         "over_cap otherwise). The service loads their models (engine.masks.occluder_model, parser_model) at start.")
@@ -217,7 +219,7 @@ class ServeSettings(_Settings):
     def _check(self) -> ServeSettings:
         if self.engine.selection.mode == "reference":
             raise ValueError("the service does not support selection mode 'reference'; "
-                             "use all, largest or index")
+                             f"use {', '.join(STREAM_SELECT_MODES)}")
         ingress = self.deployments.ingress
         admitted = self.limits.max_inflight + self.limits.max_uploads
         if ingress.max_ongoing_requests is not None and ingress.max_ongoing_requests <= admitted:
@@ -243,7 +245,7 @@ class ServeSettings(_Settings):
         boost, cap = self.engine.swap.pixel_boost, self.limits.max_pixel_boost
         if boost is not None and boost > cap:
             raise ValueError(f"engine.swap.pixel_boost ({boost}) is over limits.max_pixel_boost ({cap})")
-        unallowed = sorted({"occlusion", "region"} & set(self.engine.masks.types) - set(self.limits.mask_models_allowed))
+        unallowed = sorted(set(MODEL_MASKS) & set(self.engine.masks.types) - set(self.limits.mask_models_allowed))
         if unallowed:
             raise ValueError(f"engine.masks.types has {', '.join(unallowed)}, which limits.mask_models_allowed "
                              f"({self.limits.mask_models_allowed}) does not allow")
