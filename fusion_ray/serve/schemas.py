@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fusion_ray.facefusion_options import FaceFusionOptions
-from fusion_ray.options_table import LIST_OPTIONS
+from fusion_ray.options_table import LIST_OPTIONS, Cap
 from fusion_ray.serve.forms import Form, Part
 from fusion_ray.serve.images import ImageHeader, check_image
 from fusion_ray.serve.limits import ApiError, clip
@@ -173,7 +173,7 @@ def sources_request_schema() -> dict[str, Any]:
 
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     text = {400: "Malformed request", 401: "Missing or wrong bearer token",
-            403: "Over one of this service's caps (limits.max_pixel_boost, enhancer_allowed, mask_models_allowed)", 404: "Unknown source id",
+            403: f"Over one of this service's caps (limits.{', '.join(get_args(Cap))})", 404: "Unknown source id",
             408: "The request body did not arrive within limits.receive_timeout_s",
             413: "Body or image too large", 415: "Not multipart, or not a supported image",
             422: "Invalid option, undecodable image, or no face", 503: "Overloaded: retry after Retry-After seconds",

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from fusion_ray.config import EngineConfig, parse_config
 from fusion_ray.errors import ConfigError
 from fusion_ray.live.config import LiveConfig
-from fusion_ray.options_table import MODEL_MASKS, ModelMask
+from fusion_ray.options_table import MODEL_MASKS, OPTIONS, Cap, ModelMask
 from fusion_ray.types import STREAM_SELECT_MODES
 
 APP_IMPORT_PATH = "fusion_ray.serve.app:build_app"
@@ -108,6 +108,11 @@ class DeploymentsSettings(_Settings):
         return self
 
 
+def _capped(cap: Cap) -> str:
+    """The options ``cap`` bounds (the table's rows that name it)."""
+    return ", ".join(option.name for option in OPTIONS if option.cap == cap)
+
+
 class LimitsSettings(_Settings):
     """Request limits and overload behaviour of the ingress."""
 
@@ -136,15 +141,15 @@ class LimitsSettings(_Settings):
         "max_body_bytes / receive_timeout_s bytes per second.")
     max_pixel_boost: int = Field(
         default=256, ge=128, le=1024,
-        description="Largest face_swapper_pixel_boost a request may ask, in pixels (403 over_cap above): a boost of "
+        description=f"Largest {_capped('max_pixel_boost')} a request may ask, in pixels (403 over_cap above): a boost of "
         "k x the model's size costs k x k swaps per face. 256 suits CPU hosts; 512 to 1024 on GPUs.")
     enhancer_allowed: bool = Field(
-        default=True, description="Requests may ask for the enhancer (enhance, face_enhancer_*); false: 403 "
-        "over_cap. The enhancer costs more than the swap.")
+        default=True, description=f"Requests may ask for the enhancer (enhance, {_capped('enhancer_allowed')}); "
+        "false: 403 over_cap. The enhancer costs more than the swap.")
     mask_models_allowed: list[ModelMask] = Field(
         default_factory=list,
-        description="Mask types that run a model per face which requests may ask for in face_mask_types (403 "
-        "over_cap otherwise). The service loads their models (engine.masks.occluder_model, parser_model) at start.")
+        description=f"Mask types that run a model per face which requests may ask for in "
+        f"{_capped('mask_models_allowed')} (403 over_cap otherwise). The service loads their models (engine.masks.occluder_model, parser_model) at start.")
 
     @model_validator(mode="after")
     def _per_client(self) -> LimitsSettings:
