@@ -15,6 +15,7 @@ import pytest
 from fusion_ray.cli import build_parser
 from fusion_ray.config import EngineConfig, SelectionConfig
 from fusion_ray.facefusion_options import FACEFUSION_OPTIONS, FaceFusionOptions
+from fusion_ray.live.localhost import live_page
 from fusion_ray.live.protocol import StartMessage
 from fusion_ray.options_table import MODEL_OPTIONS, OPTIONS, Cap, Option
 from fusion_ray.pipeline.config import JobConfig
@@ -119,3 +120,4 @@ def test_the_selection_modes_are_one_type_on_every_surface() -> None:
     form = swap_request_schema()["content"]["multipart/form-data"]["schema"]["properties"]
     assert _enum(form["select"]) == list(STREAM_SELECT_MODES)
     assert _enum(StartMessage.model_json_schema()["properties"]["select"]) == list(STREAM_SELECT_MODES)
+    assert "".join(f"<option>{mode}</option>" for mode in STREAM_SELECT_MODES) in live_page()
