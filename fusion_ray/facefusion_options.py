@@ -11,16 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from fusion_ray.config import EngineConfig, parse_config
 from fusion_ray.core.layout import source_crop_layout
 from fusion_ray.errors import ConfigError
 from fusion_ray.models.registry import chosen_spec
 from fusion_ray.options_table import (
-    BY_NAME,
     ENHANCER_OPTIONS,
-    LIST_OPTIONS,
     MODEL_MASKS,
     NUMBER_OPTIONS,
     OPTION_NAMES,
@@ -40,13 +38,15 @@ FACEFUSION_OPTIONS = OPTION_NAMES
 """The options, with FaceFusion's names (``--face-mask-types`` on the command line)."""
 
 
-def apply_facefusion_options(values: Mapping[str, Any], data: dict[str, Any]) -> None:
+def apply_facefusion_options(values: Mapping[str, Any], data: dict[str, Any], rows: tuple[Option, ...] = OPTIONS
+                             ) -> None:
     """Overlay the FaceFusion options in ``values`` (None: not given) on ``data`` (an EngineConfig
-    dump); the config validates the values when ``data`` is parsed."""
-    unknown = sorted(set(values) - set(OPTION_NAMES))
+    dump), by the table's ``rows``; the config validates the values when ``data`` is parsed."""
+    names = [option.name for option in rows]
+    unknown = sorted(set(values) - set(names))
     if unknown:
-        raise ConfigError(f"unknown FaceFusion option(s) {unknown}; expected some of {list(OPTION_NAMES)}")
-    for option in OPTIONS:  # in the table's order: the enhancer blend after the enhancer model
+        raise ConfigError(f"unknown FaceFusion option(s) {unknown}; expected some of {names}")
+    for option in rows:  # in the table's order: the enhancer blend after the enhancer model
         value = values.get(option.name)
         if value is None:
             continue
@@ -125,48 +125,48 @@ def _description(option: Option) -> str:
     return text + "."
 
 
+def _square(value: Any) -> Any:
+    """``512`` (a number or its text) is FaceFusion's ``512x512``."""
+    if isinstance(value, int | str) and str(value).strip().isdigit():
+        return f"{int(value)}x{int(value)}"
+    return value
+
+
 def _field(option: Option) -> tuple[Any, Any]:
-    """The pydantic field of ``option`` on a service (None: the service's own setting). A model is
-    named by any text: a request naming another than the service's gets its own answer."""
+    """The pydantic field of ``option`` on a service (None: the service's own setting), with its
+    parsing: a list from words, no boolean for a number, ``512`` for ``512x512``. A model is named
+    by any text: a request naming another than the service's gets its own answer."""
     bounds: dict[str, Any] = {} if option.bounds is None else {"ge": option.bounds[0], "le": option.bounds[1]}
+    description = _description(option)
+    parsing = [BeforeValidator(parse) for parse, on in ((_words, option.many), (refuse_boolean, option.number),
+                                                        (_square, option.squared)) if on]
+    kind: Any
     if option.model:
-        return str | None, Field(default=None, max_length=64, description=_description(option))
-    if option.many:
+        kind, field = str | None, Field(default=None, max_length=64, description=description)
+    elif option.many:
         least, most = option.count or (1, None)
-        item = Annotated[option.value, Field(**bounds)] if bounds else option.value
-        return tuple[item, ...] | None, Field(default=None, min_length=least, max_length=most,  # type: ignore[valid-type]
-                                              description=_description(option))
-    return option.value | None, Field(default=None, description=_description(option), **bounds)
+        item: Any = Annotated[option.value, Field(**bounds)] if bounds else option.value
+        kind = tuple[item, ...] | None
+        field = Field(default=None, min_length=least, max_length=most, description=description)
+    else:
+        kind, field = option.value | None, Field(default=None, description=description, **bounds)
+    return (Annotated[kind, *parsing] if parsing else kind), field
+
+
+def options_model(name: str, base: type[OptionsModel], rows: tuple[Option, ...] = OPTIONS, doc: str = "") -> Any:
+    """``base`` with one field per row (pydantic's ``create_model``)."""
+    fields: dict[str, Any] = {option.name: _field(option) for option in rows}
+    return create_model(name, __base__=base, __module__=__name__, __doc__=doc or base.__doc__, **fields)
 
 
 class OptionsModel(BaseModel):
-    """What every model with FaceFusion's options shares: their parsing and their typed readers.
-    The fields are made from the table (:data:`FaceFusionOptions`)."""
+    """What every model with FaceFusion's options shares: their typed readers. The fields are made
+    from the table's rows (:func:`options_model`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    @field_validator(*LIST_OPTIONS, mode="before", check_fields=False)
-    @classmethod
-    def _split(cls, value: Any) -> Any:
-        return _words(value)
-
-    @field_validator(*NUMBER_OPTIONS, mode="before", check_fields=False)
-    @classmethod
-    def _not_boolean(cls, value: Any) -> Any:
-        return refuse_boolean(value)
-
-    @field_validator(*(o.name for o in OPTIONS if o.squared), mode="before", check_fields=False)
-    @classmethod
-    def _square(cls, value: Any) -> Any:
-        """``512`` (a number or its text) is FaceFusion's ``512x512``."""
-        if isinstance(value, int | str) and str(value).strip().isdigit():
-            return f"{int(value)}x{int(value)}"
-        return value
-
     def value(self, name: str) -> Any:
         """The value of option ``name`` (None: not given)."""
-        if name not in BY_NAME:
-            raise KeyError(name)
         return getattr(self, name)
 
     @property
@@ -202,15 +202,14 @@ class OptionsModel(BaseModel):
         return None if blend is None else int(blend)
 
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a type checker sees the readers above; the fields are the table's, made at import
     FaceFusionOptions = OptionsModel
 else:
-    FaceFusionOptions = create_model(
-        "FaceFusionOptions", __base__=OptionsModel, __module__=__name__,
-        __doc__="The per-request FaceFusion options (snake_case names of FaceFusion's ``--face-*`` options; None: "
-        "the service's own setting), one field per row of the table. The models are the service's, loaded at its "
-        "start: a request may name them only as the service runs them.",
-        **{option.name: _field(option) for option in OPTIONS})
+    FaceFusionOptions = options_model(
+        "FaceFusionOptions", OptionsModel,
+        doc="The per-request FaceFusion options (snake_case names of FaceFusion's ``--face-*`` options; None: the "
+        "service's own setting), one field per row of the table. The models are the service's, loaded at its "
+        "start: a request may name them only as the service runs them.")
 
 
 NO_OPTIONS = FaceFusionOptions()

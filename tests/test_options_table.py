@@ -13,8 +13,15 @@ from typing import Any, get_args
 import pytest
 
 from fusion_ray.cli import build_parser
+from fusion_ray.cli.quality_options import add_quality_arguments
 from fusion_ray.config import EngineConfig, SelectionConfig
-from fusion_ray.facefusion_options import FACEFUSION_OPTIONS, FaceFusionOptions
+from fusion_ray.facefusion_options import (
+    FACEFUSION_OPTIONS,
+    FaceFusionOptions,
+    OptionsModel,
+    apply_facefusion_options,
+    options_model,
+)
 from fusion_ray.live.localhost import live_page
 from fusion_ray.live.protocol import StartMessage
 from fusion_ray.options_table import MODEL_OPTIONS, OPTIONS, Cap, Option
@@ -121,3 +128,25 @@ def test_the_selection_modes_are_one_type_on_every_surface() -> None:
     assert _enum(form["select"]) == list(STREAM_SELECT_MODES)
     assert _enum(StartMessage.model_json_schema()["properties"]["select"]) == list(STREAM_SELECT_MODES)
     assert "".join(f"<option>{mode}</option>" for mode in STREAM_SELECT_MODES) in live_page()
+
+
+def test_a_new_row_is_a_flag_a_checked_field_and_a_config_setting() -> None:
+    """Adding an option is adding a row: a throwaway row (FaceFusion's detector score) becomes a
+    flag, a field with its bounds and description, and the config field it names."""
+    row = Option("face_detector_score", "detector.score_threshold", float, "faces under this score are dropped",
+                 "0.5", bounds=(0.0, 1.0))
+    rows = (*OPTIONS, row)
+    parser = argparse.ArgumentParser()
+    add_quality_arguments(parser, rows)
+    assert parser.parse_args(["--face-detector-score", "0.7"]).face_detector_score == 0.7
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--face-detector-score", "1.5"])
+    model = options_model("WithDetectorScore", OptionsModel, rows)
+    field = model.model_json_schema()["properties"]["face_detector_score"]
+    assert field["description"] == "Faces under this score are dropped." and field["anyOf"][0]["maximum"] == 1.0
+    assert model.model_validate({"face_detector_score": "0.7"}).value("face_detector_score") == 0.7
+    with pytest.raises(ValueError, match="expected a number"):
+        model.model_validate({"face_detector_score": True})
+    data = EngineConfig().model_dump()
+    apply_facefusion_options({"face_detector_score": 0.7}, data, rows)
+    assert EngineConfig.model_validate(data).detector.score_threshold == 0.7

@@ -49,9 +49,10 @@ def flag_arguments(option: Option) -> dict[str, Any]:
     return {"type": option.value, "help": option.help + default}
 
 
-def add_quality_arguments(parser: argparse.ArgumentParser) -> None:
+def add_quality_arguments(parser: argparse.ArgumentParser, rows: tuple[Option, ...] = OPTIONS) -> None:
+    """One flag per row of the table."""
     group = parser.add_argument_group("face masks, landmarks, swapper and enhancer (FaceFusion's names)")
-    for option in OPTIONS:
+    for option in rows:
         group.add_argument(option.flag, **flag_arguments(option))
 
 

@@ -222,8 +222,8 @@ class ServeSettings(_Settings):
 
     @model_validator(mode="after")
     def _check(self) -> ServeSettings:
-        if self.engine.selection.mode == "reference":
-            raise ValueError("the service does not support selection mode 'reference'; "
+        if self.engine.selection.mode not in STREAM_SELECT_MODES:
+            raise ValueError(f"the service does not support selection mode {self.engine.selection.mode!r}; "
                              f"use {', '.join(STREAM_SELECT_MODES)}")
         ingress = self.deployments.ingress
         admitted = self.limits.max_inflight + self.limits.max_uploads
