@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fusion_ray.core.tracking_config import TrackingConfig
 from fusion_ray.errors import ConfigError
+from fusion_ray.types import SelectMode
 
 
 class _Config(BaseModel):
@@ -105,7 +106,7 @@ class DetectorConfig(_Config):
 class SelectionConfig(_Config):
     """Which target faces are swapped."""
 
-    mode: Literal["all", "largest", "index", "reference"] = "all"
+    mode: SelectMode = "all"
     index: int = Field(default=0, ge=0, description="Face index in reading order for mode 'index'.")
     reference_path: Path | None = Field(default=None, description="Image of the face to swap, for mode 'reference'.")
     max_distance: float = Field(default=0.6, gt=0.0, le=2.0, description="Cosine distance limit for 'reference'.")

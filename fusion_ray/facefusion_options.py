@@ -1,107 +1,65 @@
 """FaceFusion 3.8.1's option names (``face_mask_types``, ``face_swapper_pixel_boost``, ...) mapped onto
-:class:`fusion_ray.config.EngineConfig`: one mapping for the command line (``--face-mask-types``),
-a job manifest's ``options`` column (``{"face_mask_types": ["box", "area"]}``) and, typed as
-:class:`FaceFusionOptions`, the service's per-request options (the ``POST /v1/swap`` form fields
-and the live start message): :func:`configured` overlays them on the service's config.
+:class:`fusion_ray.config.EngineConfig`, all made from the one table of options
+(:data:`fusion_ray.options_table.OPTIONS`): the mapping the command line (``--face-mask-types``)
+and a job manifest's ``options`` column (``{"face_mask_types": ["box", "area"]}``) use and, as the
+fields of :class:`FaceFusionOptions`, the service's per-request options (the ``POST /v1/swap`` form
+fields and the live start message): :func:`configured` overlays them on the service's config.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
-from fusion_ray.config import EngineConfig, MaskArea, MaskRegion, MaskType, parse_config
+from fusion_ray.config import EngineConfig, parse_config
 from fusion_ray.core.layout import source_crop_layout
 from fusion_ray.errors import ConfigError
 from fusion_ray.models.registry import chosen_spec
+from fusion_ray.options_table import (
+    ENHANCER_OPTIONS,
+    MODEL_MASKS,
+    NUMBER_OPTIONS,
+    OPTION_NAMES,
+    OPTIONS,
+    PIXEL_BOOSTS,
+    Option,
+    PixelBoost,
+    padding_fractions,
+    pixels,
+)
 
-FACEFUSION_OPTIONS = ("face_mask_types", "face_mask_blur", "face_mask_padding", "face_mask_areas",
-                      "face_mask_regions", "face_occluder_model", "face_parser_model", "face_landmarker_model",
-                      "face_landmarker_score", "face_swapper_model", "face_swapper_pixel_boost",
-                      "face_swapper_weight", "face_enhancer_model", "face_enhancer_blend", "face_enhancer_weight",
-                      "mouth_mask")
+__all__ = ["FACEFUSION_OPTIONS", "MODEL_MASKS", "NO_OPTIONS", "NUMBER_OPTIONS", "PIXEL_BOOSTS", "FaceFusionOptions",
+           "PixelBoost", "apply_facefusion_options", "check_options_used", "check_served", "configured",
+           "padding_fractions", "refuse_boolean", "served_models", "unused_options"]
+
+FACEFUSION_OPTIONS = OPTION_NAMES
 """The options, with FaceFusion's names (``--face-mask-types`` on the command line)."""
 
 
-MODEL_MASKS = ("occlusion", "region")
-"""Mask types that run a model per face (what a service caps and a live stream's ladder drops first)."""
-
-PixelBoost = Literal["128x128", "256x256", "384x384", "512x512", "768x768", "1024x1024"]
-PIXEL_BOOSTS: tuple[PixelBoost, ...] = ("128x128", "256x256", "384x384", "512x512", "768x768", "1024x1024")
-"""FaceFusion's pixel boost values (``--face-swapper-pixel-boost``)."""
-
-
-def _pixels(value: Any) -> int:
-    """A pixel boost as FaceFusion writes it (``512x512``) or as a number."""
-    try:
-        return int(str(value).partition("x")[0])
-    except ValueError:
-        raise ConfigError(f"face_swapper_pixel_boost: expected e.g. 512x512, got {value!r}") from None
-
-
-def padding_fractions(values: list[int]) -> tuple[float, float, float, float]:
-    """FaceFusion's 1-4 padding percentages (CSS order) as (top, right, bottom, left) fractions."""
-    if not 1 <= len(values) <= 4 or any(not 0 <= v <= 100 for v in values):
-        raise ConfigError(f"--face-mask-padding expects 1 to 4 percentages in [0, 100], got {values}")
-    full = [*values, *values, *values, *values] if len(values) < 3 else [*values, values[1]]
-    top, right, bottom, left = full[:4]
-    return top / 100, right / 100, bottom / 100, left / 100
-
-
-_PLAIN: dict[str, tuple[str, str]] = {
-    "face_mask_types": ("masks", "types"), "face_mask_areas": ("masks", "areas"),
-    "face_mask_regions": ("masks", "regions"), "face_occluder_model": ("masks", "occluder_model"),
-    "face_parser_model": ("masks", "parser_model"), "mouth_mask": ("masks", "mouth_mask"),
-    "face_mask_blur": ("swap", "mask_blur"), "face_swapper_weight": ("swap", "weight"),
-    "face_landmarker_model": ("landmarker", "model"), "face_landmarker_score": ("landmarker", "score"),
-    "face_enhancer_weight": ("enhance", "weight"),
-}
-"""Options that set one config field as they are."""
-
-
-def _converted(option: str, value: Any) -> dict[tuple[str, str], Any]:
-    """The config fields an option that is not plain sets."""
-    if option == "face_mask_padding":
-        values = value if isinstance(value, list) else [value]
-        return {("swap", "mask_padding"): padding_fractions([int(v) for v in values])}
-    if option == "face_swapper_pixel_boost":
-        return {("swap", "pixel_boost"): _pixels(value)}
-    if option == "face_swapper_model":
-        if value == "classic":  # the model-free swap (served_models names it so)
-            return {("swap", "swapper"): "classic"}
-        name = chosen_spec(str(value), "swapper", "face_swapper_model").name
-        return {("models", "swapper"): name, ("swap", "swapper"): "inswapper"}  # "inswapper": a swap model
-    if option == "face_enhancer_model":
-        name = chosen_spec(str(value), "enhancer", "face_enhancer_model").name
-        return {("models", "enhancer"): name, ("enhance", "enabled"): True}
-    return {("enhance", "enabled"): True, ("enhance", "blend"): float(value) / 100}  # face_enhancer_blend
-
-
-def apply_facefusion_options(values: Mapping[str, Any], data: dict[str, Any]) -> None:
+def apply_facefusion_options(values: Mapping[str, Any], data: dict[str, Any], rows: tuple[Option, ...] = OPTIONS
+                             ) -> None:
     """Overlay the FaceFusion options in ``values`` (None: not given) on ``data`` (an EngineConfig
-    dump); the config validates the values when ``data`` is parsed."""
-    unknown = sorted(set(values) - set(FACEFUSION_OPTIONS))
+    dump), by the table's ``rows``; the config validates the values when ``data`` is parsed."""
+    names = [option.name for option in rows]
+    unknown = sorted(set(values) - set(names))
     if unknown:
-        raise ConfigError(f"unknown FaceFusion option(s) {unknown}; expected some of {list(FACEFUSION_OPTIONS)}")
-    for option in FACEFUSION_OPTIONS:  # in this order: the enhancer blend after the enhancer model
-        value = values.get(option)
+        raise ConfigError(f"unknown FaceFusion option(s) {unknown}; expected some of {names}")
+    for option in rows:  # in the table's order: the enhancer blend after the enhancer model
+        value = values.get(option.name)
         if value is None:
             continue
-        if option in NUMBER_OPTIONS:
+        if option.number:
             try:
                 refuse_boolean(value)
             except ValueError as exc:
-                raise ConfigError(f"{option}: {exc}") from None
-        fields = {_PLAIN[option]: value} if option in _PLAIN else _converted(option, value)
-        for (section, key), field_value in fields.items():
+                raise ConfigError(f"{option.name}: {exc}") from None
+        for path, field_value in option.fields(value).items():
+            section, key = path.split(".")
             data[section][key] = field_value
 
 
-NUMBER_OPTIONS = ("face_mask_blur", "face_mask_padding", "face_landmarker_score", "face_swapper_pixel_boost",
-                  "face_swapper_weight", "face_enhancer_blend", "face_enhancer_weight")
-"""Options whose values are numbers: a boolean is never one of them (JSON's true is not 1)."""
 DEFAULT_WEIGHT = 0.5
 """FaceFusion's default swapper and enhancer weight: asking for it asks for what runs anyway."""
 
@@ -119,10 +77,9 @@ def unused_options(given: Mapping[str, Any], cfg: EngineConfig, *, enhanced: boo
     line, job manifests, ``POST /v1/swap`` and the live start message. A weight of FaceFusion's
     default (0.5) asks for what runs anyway and is not refused."""
     types = cfg.masks.types
-    reasons = [f"{option} is for the {mask} mask; face_mask_types is {' '.join(types)}"
-               for option, mask in (("face_occluder_model", "occlusion"), ("face_parser_model", "region"),
-                                    ("face_mask_regions", "region"), ("face_mask_areas", "area"))
-               if given.get(option) is not None and mask not in types]
+    reasons = [f"{option.name} is for the {option.for_mask} mask; face_mask_types is {' '.join(types)}"
+               for option in OPTIONS if option.for_mask and given.get(option.name) is not None
+               and option.for_mask not in types]
     if given.get("face_swapper_weight") not in (None, DEFAULT_WEIGHT) and source_crop_layout(cfg) is not None:
         runs = "the classic swapper" if cfg.swap.swapper == "classic" else \
             f"{cfg.models.swapper}, which is given the source as an image"
@@ -156,92 +113,103 @@ def _words(value: Any) -> Any:
     return value
 
 
-class FaceFusionOptions(BaseModel):
-    """The per-request FaceFusion options (snake_case names of FaceFusion's ``--face-*`` options;
-    None: the service's own setting). The models are the service's, loaded at its start: a
-    request may name them only as the service runs them."""
+def _description(option: Option) -> str:
+    """The help of ``option`` as a service states it (the form's OpenAPI, the start message)."""
+    text = option.help[0].upper() + option.help[1:]
+    if option.many:
+        text += " (words separated by spaces or commas, or the field repeated)"
+    if option.model:
+        text += ": only the service's"
+    if option.cap:
+        text += f"; capped by limits.{option.cap}"
+    return text + "."
+
+
+def _square(value: Any) -> Any:
+    """``512`` (a number or its text) is FaceFusion's ``512x512``."""
+    if isinstance(value, int | str) and str(value).strip().isdigit():
+        return f"{int(value)}x{int(value)}"
+    return value
+
+
+def _field(option: Option) -> tuple[Any, Any]:
+    """The pydantic field of ``option`` on a service (None: the service's own setting), with its
+    parsing: a list from words, no boolean for a number, ``512`` for ``512x512``. A model is named
+    by any text: a request naming another than the service's gets its own answer."""
+    bounds: dict[str, Any] = {} if option.bounds is None else {"ge": option.bounds[0], "le": option.bounds[1]}
+    description = _description(option)
+    parsing = [BeforeValidator(parse) for parse, on in ((_words, option.many), (refuse_boolean, option.number),
+                                                        (_square, option.squared)) if on]
+    kind: Any
+    if option.model:
+        kind, field = str | None, Field(default=None, max_length=64, description=description)
+    elif option.many:
+        least, most = option.count or (1, None)
+        item: Any = Annotated[option.value, Field(**bounds)] if bounds else option.value
+        kind = tuple[item, ...] | None
+        field = Field(default=None, min_length=least, max_length=most, description=description)
+    else:
+        kind, field = option.value | None, Field(default=None, description=description, **bounds)
+    return (Annotated[kind, *parsing] if parsing else kind), field
+
+
+def options_model(name: str, base: type[OptionsModel], rows: tuple[Option, ...] = OPTIONS, doc: str = "") -> Any:
+    """``base`` with one field per row (pydantic's ``create_model``)."""
+    fields: dict[str, Any] = {option.name: _field(option) for option in rows}
+    return create_model(name, __base__=base, __module__=__name__, __doc__=doc or base.__doc__, **fields)
+
+
+class OptionsModel(BaseModel):
+    """What every model with FaceFusion's options shares: their typed readers. The fields are made
+    from the table's rows (:func:`options_model`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    face_mask_types: tuple[MaskType, ...] | None = Field(
-        default=None, min_length=1, description="Masks a face is pasted through, combined by minimum: box, occlusion, "
-        "area, region (words separated by spaces or commas, or the field repeated). occlusion and region run a "
-        "model per face (limits.mask_models_allowed); area needs the service's 68-point landmarker.")
-    face_mask_blur: float | None = Field(default=None, ge=0.0, le=1.0, description="Box mask blur in [0, 1].")
-    face_mask_padding: tuple[int, ...] | None = Field(
-        default=None, min_length=1, max_length=4, description="Box mask padding in percent [0, 100]: "
-        "TOP [RIGHT [BOTTOM [LEFT]]], as CSS.")
-    face_mask_areas: tuple[MaskArea, ...] | None = Field(
-        default=None, min_length=1, description="Areas of the area mask: upper-face, lower-face, mouth.")
-    face_mask_regions: tuple[MaskRegion, ...] | None = Field(
-        default=None, min_length=1, description="Regions of the region mask: skin, left-eyebrow, right-eyebrow, "
-        "left-eye, right-eye, glasses, nose, mouth, upper-lip, lower-lip.")
-    face_occluder_model: str | None = Field(default=None, max_length=64,
-                                            description="The occlusion mask model: only the service's.")
-    face_parser_model: str | None = Field(default=None, max_length=64,
-                                          description="The region mask model: only the service's.")
-    face_landmarker_model: str | None = Field(default=None, max_length=64,
-                                              description="The 68-point landmarker: only the service's.")
-    face_landmarker_score: float | None = Field(
-        default=None, ge=0.0, le=1.0, description="Over this score the 5 alignment points come from the 68.")
-    face_swapper_model: str | None = Field(default=None, max_length=64,
-                                           description="The swap model: only the service's.")
-    face_swapper_pixel_boost: PixelBoost | None = Field(
-        default=None, description="Swap resolution, a multiple of the model's size (512 is read as 512x512); "
-        "capped by limits.max_pixel_boost.")
-    face_swapper_weight: float | None = Field(
-        default=None, ge=0.0, le=1.0, description="Source embedding balance against the target's (0.5: the source).")
-    face_enhancer_model: str | None = Field(
-        default=None, max_length=64, description="Enhance the swapped faces with this model: only the service's.")
-    face_enhancer_blend: int | None = Field(
-        default=None, ge=0, le=100, description="Enhanced share in percent; enables the enhancer.")
-    face_enhancer_weight: float | None = Field(
-        default=None, ge=0.0, le=1.0, description="The enhancer's weight input, for models that have one.")
-    mouth_mask: bool | None = Field(
-        default=None, description="Keep the target's own mouth over the swap (needs the service's 68-point "
-        "landmarker).")
-
-    @field_validator("face_mask_types", "face_mask_areas", "face_mask_regions", "face_mask_padding", mode="before")
-    @classmethod
-    def _split(cls, value: Any) -> Any:
-        return _words(value)
-
-    @field_validator(*NUMBER_OPTIONS, mode="before")
-    @classmethod
-    def _not_boolean(cls, value: Any) -> Any:
-        return refuse_boolean(value)
-
-    @field_validator("face_mask_padding")
-    @classmethod
-    def _percentages(cls, value: tuple[int, ...] | None) -> tuple[int, ...] | None:
-        if value is not None:
-            try:
-                padding_fractions(list(value))
-            except ConfigError as exc:
-                raise ValueError(str(exc)) from None
-        return value
-
-    @field_validator("face_swapper_pixel_boost", mode="before")
-    @classmethod
-    def _square(cls, value: Any) -> Any:
-        """``512`` (a number or its text) is FaceFusion's ``512x512``."""
-        if isinstance(value, int | str) and str(value).strip().isdigit():
-            return f"{int(value)}x{int(value)}"
-        return value
+    def value(self, name: str) -> Any:
+        """The value of option ``name`` (None: not given)."""
+        return getattr(self, name)
 
     @property
     def facefusion(self) -> FaceFusionOptions:
         """These options on their own (without the fields of a model that extends them: a form, a
         start message), as the chain carries them."""
-        return FaceFusionOptions.model_validate({name: getattr(self, name) for name in FACEFUSION_OPTIONS})
+        return FaceFusionOptions.model_validate({name: self.value(name) for name in OPTION_NAMES})
 
     def given(self) -> dict[str, Any]:
         """The options given, as :func:`apply_facefusion_options` takes them."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.model_dump(exclude_none=True).items()}
+        return {name: list(v) if isinstance(v, tuple) else v for name in OPTION_NAMES
+                if (v := self.value(name)) is not None}
+
+    @property
+    def mask_types(self) -> tuple[str, ...]:
+        """``face_mask_types`` (empty: not given)."""
+        return tuple(self.value("face_mask_types") or ())
 
     @property
     def pixel_boost(self) -> int | None:
-        return None if self.face_swapper_pixel_boost is None else _pixels(self.face_swapper_pixel_boost)
+        boost = self.value("face_swapper_pixel_boost")
+        return None if boost is None else pixels(boost)
+
+    @property
+    def asks_enhancer(self) -> bool:
+        """Whether an option that asks for the enhancer is given (its model, its blend)."""
+        return any(self.value(name) is not None for name in ENHANCER_OPTIONS)
+
+    @property
+    def enhancer_blend(self) -> int | None:
+        """``face_enhancer_blend`` in percent (None: not given)."""
+        blend = self.value("face_enhancer_blend")
+        return None if blend is None else int(blend)
+
+
+if TYPE_CHECKING:  # a type checker sees the readers above; the fields are the table's, made at import
+    FaceFusionOptions = OptionsModel
+else:
+    FaceFusionOptions = options_model(
+        "FaceFusionOptions", OptionsModel,
+        doc="The per-request FaceFusion options (snake_case names of FaceFusion's ``--face-*`` options; None: the "
+        "service's own setting), one field per row of the table. The models are the service's, loaded at its "
+        "start: a request may name them only as the service runs them.")
 
 
 NO_OPTIONS = FaceFusionOptions()
@@ -259,14 +227,12 @@ def configured(base: EngineConfig, options: FaceFusionOptions) -> EngineConfig:
 
 
 def served_models(cfg: EngineConfig) -> dict[str, str]:
-    """The models a config runs, by the option that names them."""
-    return {
-        "face_swapper_model": "classic" if cfg.swap.swapper == "classic" else cfg.models.swapper,
-        "face_enhancer_model": cfg.models.enhancer,
-        "face_occluder_model": cfg.masks.occluder_model,
-        "face_parser_model": cfg.masks.parser_model,
-        "face_landmarker_model": cfg.landmarker.model,
-    }
+    """The models a config runs, by the option that names them (the config field it sets)."""
+    served = {option.name: str(getattr(getattr(cfg, section), key)) for option in OPTIONS if option.model
+              for section, key in [option.sets.split(".")]}
+    if cfg.swap.swapper == "classic":  # the model-free swap: face_swapper_model classic sets it
+        served["face_swapper_model"] = "classic"
+    return served
 
 
 def check_served(options: FaceFusionOptions, cfg: EngineConfig) -> None:

@@ -9,7 +9,7 @@ crop (BGR uint8 SxSx3), ``affine_matrix`` a 2x3 float matrix mapping frame -> cr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +28,14 @@ BBoxXYXY = npt.NDArray[np.float32]
 """[x1, y1, x2, y2] in pixels."""
 Embedding = npt.NDArray[np.float32]
 """L2-normalised identity embedding, shape (512,)."""
+
+StreamSelectMode = Literal["all", "largest", "index"]
+"""The selection modes that need no reference face: those a service request and a live stream take."""
+SelectMode = Literal[StreamSelectMode, "reference"]
+"""Which target faces are swapped: all, the largest, the one at an index in reading order, or those
+near a reference face."""
+SELECT_MODES: tuple[SelectMode, ...] = get_args(SelectMode)
+STREAM_SELECT_MODES: tuple[StreamSelectMode, ...] = get_args(StreamSelectMode)
 
 
 def check_frame(frame: Any, name: str = "frame") -> Frame:

@@ -11,13 +11,14 @@ from fusion_ray.cli.quality_options import add_quality_arguments, apply_quality_
 from fusion_ray.config import EngineConfig, load_yaml_config, parse_config
 from fusion_ray.errors import ConfigError
 from fusion_ray.facefusion_options import check_options_used
+from fusion_ray.types import SELECT_MODES
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("engine")
     group.add_argument("--config", type=Path, help="YAML file with an 'engine' section (command-line options win)")
     group.add_argument("--swapper", choices=["inswapper", "classic"], help="face swapper (default: inswapper; alias of --face-swapper-model, plus classic)")
-    group.add_argument("--select", dest="selection", choices=["all", "largest", "index", "reference"],
+    group.add_argument("--select", dest="selection", choices=SELECT_MODES,
                        help="which target faces to swap (default: all)")
     group.add_argument("--face-index", type=int, help="face index in reading order for --select index")
     group.add_argument("--reference", type=Path, help="image of the face to swap, for --select reference")

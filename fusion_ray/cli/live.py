@@ -18,6 +18,7 @@ from fusion_ray.errors import InputError
 from fusion_ray.facefusion_options import FACEFUSION_OPTIONS
 from fusion_ray.live.client import ClientReport, http_base, register_source, run_stream
 from fusion_ray.live.sources import CaptureSource
+from fusion_ray.types import STREAM_SELECT_MODES
 
 TOKEN_ENV = "FUSION_RAY_API_TOKEN"
 
@@ -73,7 +74,7 @@ def register_bench(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
 def _stream_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("stream")
     group.add_argument("--token", help=f"API token (default: ${TOKEN_ENV})")
-    group.add_argument("--faces", dest="stream_select", choices=["all", "largest", "index"], default=None,
+    group.add_argument("--faces", dest="stream_select", choices=STREAM_SELECT_MODES, default=None,
                        help="which faces to swap (default: the server's engine.selection, all unless configured)")
     group.add_argument("--index", dest="stream_index", type=int, default=None,
                        help="face index for --faces index (default: the server's)")

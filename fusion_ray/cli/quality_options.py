@@ -1,7 +1,8 @@
 """FaceFusion's option names and values on every engine command (``swap``, ``job``, ...).
 
 One vocabulary for users coming from FaceFusion 3.8.1: ``--face-mask-*``, ``--face-landmarker-*``,
-``--face-swapper-*``, ``--face-enhancer-*`` and Deep-Live-Cam's ``--mouth-mask``, mapped onto
+``--face-swapper-*``, ``--face-enhancer-*`` and Deep-Live-Cam's ``--mouth-mask``, one flag per row
+of the table of options (:data:`fusion_ray.options_table.OPTIONS`), mapped onto
 :class:`fusion_ray.config.EngineConfig`. Today's ``--swapper`` and ``--enhance`` stay as aliases
 (``--swapper classic`` picks the classic swapper; ``--enhance BLEND`` is a share in [0, 1]).
 """
@@ -9,60 +10,50 @@ One vocabulary for users coming from FaceFusion 3.8.1: ``--face-mask-*``, ``--fa
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
-from fusion_ray.config import MASK_AREAS, MASK_REGIONS
-from fusion_ray.facefusion_options import FACEFUSION_OPTIONS, PIXEL_BOOSTS, apply_facefusion_options
-from fusion_ray.models.registry import names_of_kind
-
-MASK_TYPES = ("box", "occlusion", "area", "region")
-OCCLUDER_MODELS = ("xseg_1", "xseg_2", "xseg_3")
-PARSER_MODELS = ("bisenet_resnet_18", "bisenet_resnet_34")
-LANDMARKER_MODELS = ("none", "2dfan4", "dlib_68")
-SWAPPER_MODELS = names_of_kind("swapper")
-"""Every swap model row of the registry (inswapper_128 first)."""
-ENHANCER_MODELS = names_of_kind("enhancer")
-"""Every enhancer row of the registry (gfpgan_1.4 first)."""
+from fusion_ray.facefusion_options import FACEFUSION_OPTIONS, apply_facefusion_options
+from fusion_ray.options_table import OPTIONS, Option
 
 
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a value in [0, 1], got {text}")
-    return value
+def _bounded(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a number in [low, high]."""
+    def parse(text: str) -> float:
+        value = float(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected a value in [{low:g}, {high:g}], got {text}")
+        return value
+    return parse
 
 
-def add_quality_arguments(parser: argparse.ArgumentParser) -> None:
+def flag_arguments(option: Option) -> dict[str, Any]:
+    """The keyword arguments of ``add_argument`` for ``option``'s flag."""
+    default = f" (default: {option.default})" if option.default else ""
+    choices = option.choices
+    if option.many and choices:
+        return {"nargs": "+", "choices": choices, "metavar": option.metavar,
+                "help": f"{option.help}: {', '.join(choices)}{default}"}
+    if option.value is bool:
+        return {"action": "store_true", "default": None, "help": option.help}
+    if option.many:
+        return {"nargs": "+", "type": option.value, "metavar": option.metavar, "help": option.help + default}
+    if choices:
+        return {"choices": choices, "help": option.help + default}
+    if option.value is int and option.bounds is not None:
+        low, high = int(option.bounds[0]), int(option.bounds[1])
+        return {"type": int, "choices": range(low, high + 1), "metavar": f"[{low}-{high}]",
+                "help": option.help + default}
+    if option.bounds is not None:
+        return {"type": _bounded(*option.bounds), "help": option.help + default}
+    return {"type": option.value, "help": option.help + default}
+
+
+def add_quality_arguments(parser: argparse.ArgumentParser, rows: tuple[Option, ...] = OPTIONS) -> None:
+    """One flag per row of the table."""
     group = parser.add_argument_group("face masks, landmarks, swapper and enhancer (FaceFusion's names)")
-    group.add_argument("--face-mask-types", nargs="+", choices=MASK_TYPES, metavar="TYPE",
-                       help=f"masks a face is pasted through, combined by minimum: {', '.join(MASK_TYPES)} "
-                       "(default: box)")
-    group.add_argument("--face-mask-blur", type=_fraction, help="box mask blur in [0, 1] (default 0.3)")
-    group.add_argument("--face-mask-padding", type=int, nargs="+", metavar="PERCENT",
-                       help="box mask padding in percent: TOP [RIGHT [BOTTOM [LEFT]]] (default 0 0 0 0)")
-    group.add_argument("--face-mask-areas", nargs="+", choices=MASK_AREAS, metavar="AREA",
-                       help=f"areas of the area mask: {', '.join(MASK_AREAS)} (default: all)")
-    group.add_argument("--face-mask-regions", nargs="+", choices=MASK_REGIONS, metavar="REGION",
-                       help=f"regions of the region mask: {', '.join(MASK_REGIONS)} (default: all)")
-    group.add_argument("--face-occluder-model", choices=OCCLUDER_MODELS, help="occlusion mask model (default xseg_1)")
-    group.add_argument("--face-parser-model", choices=PARSER_MODELS,
-                       help="region mask model (default bisenet_resnet_34)")
-    group.add_argument("--face-landmarker-model", choices=LANDMARKER_MODELS,
-                       help="68-point landmarker (default none); area masks and --mouth-mask need one")
-    group.add_argument("--face-landmarker-score", type=_fraction,
-                       help="over this score the 5 alignment points come from the 68 (default 0.5)")
-    group.add_argument("--face-swapper-model", choices=SWAPPER_MODELS, help="swap model (default inswapper_128)")
-    group.add_argument("--face-swapper-pixel-boost", choices=PIXEL_BOOSTS,
-                       help="swap resolution, a multiple of the model's size (default: the model's)")
-    group.add_argument("--face-swapper-weight", type=_fraction,
-                       help="source embedding balance against the target's (default 0.5)")
-    group.add_argument("--face-enhancer-model", choices=ENHANCER_MODELS,
-                       help="enhance the swapped faces with this model")
-    group.add_argument("--face-enhancer-blend", type=int, choices=range(0, 101), metavar="[0-100]",
-                       help="enhanced share in percent (default 80); enables the enhancer")
-    group.add_argument("--face-enhancer-weight", type=_fraction, help="the enhancer's weight input, for models that have one (default 0.5; codeformer has one)")
-    group.add_argument("--mouth-mask", action="store_true", default=None,
-                       help="keep the target's own mouth over the swap (needs a face landmarker)")
+    for option in rows:
+        group.add_argument(option.flag, **flag_arguments(option))
 
 
 def apply_quality_arguments(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from fusion_ray.core.tracking import FrameFaces
 from fusion_ray.ops.select import select_indices
-from fusion_ray.types import Embedding
+from fusion_ray.types import SELECT_MODES, Embedding
 
 BoolArray = npt.NDArray[np.bool_]
 
@@ -33,8 +33,8 @@ class TrackSelection:
 
     def __init__(self, mode: str, *, index: int = 0, reference: Embedding | None = None,
                  max_distance: float = 0.6) -> None:
-        if mode not in ("all", "largest", "index", "reference"):
-            raise ValueError(f"unknown selection mode {mode!r}; expected all, largest, index or reference")
+        if mode not in SELECT_MODES:
+            raise ValueError(f"unknown selection mode {mode!r}; expected one of {', '.join(SELECT_MODES)}")
         if mode == "reference" and reference is None:
             raise ValueError("reference selection needs a reference embedding")
         if index < 0:

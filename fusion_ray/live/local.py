@@ -103,7 +103,7 @@ class EngineStreamProcessor:
                                                backend.reference)
         self.costly = is_costly(configured(self.engine.cfg, self.options))
         self.light = without_costly(self.options, self.engine.cfg)
-        blend = start.face_enhancer_blend
+        blend = start.enhancer_blend
         self.blend = blend / 100 if blend is not None else self.engine.cfg.enhance.blend
         enhancer = [self.engine.cfg.models.enhancer] if start.wants_enhancer else []
         used = {self.engine.cfg.models.detector, self.engine.cfg.models.swapper, *enhancer}

@@ -33,13 +33,15 @@ from fusion_ray.live.offer import MAX_OFFER_BYTES, OfferError
 from fusion_ray.live.protocol import ProtocolError
 from fusion_ray.live.transport import StarletteTransport
 from fusion_ray.live.whip import Published, StreamRefused, WebRtcHost, refusal_of, start_from_query
+from fusion_ray.types import STREAM_SELECT_MODES
 
 SDP = "application/sdp"
 
 
 def live_page() -> str:
-    """The self-contained ``GET /live`` page."""
-    return resources.files("fusion_ray.live").joinpath("static/live.html").read_text(encoding="utf-8")
+    """The self-contained ``GET /live`` page (its selection modes: the start message's)."""
+    page = resources.files("fusion_ray.live").joinpath("static/live.html").read_text(encoding="utf-8")
+    return page.replace("<!--select-modes-->", "".join(f"<option>{mode}</option>" for mode in STREAM_SELECT_MODES))
 
 
 def create_local_app(hub: LiveHub, backend: EngineBackend) -> Starlette:

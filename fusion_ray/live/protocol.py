@@ -33,6 +33,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from fusion_ray.errors import InputError
 from fusion_ray.facefusion_options import FaceFusionOptions, refuse_boolean
+from fusion_ray.types import StreamSelectMode
 
 HEADER = struct.Struct(">Id")
 HEADER_SIZE = HEADER.size  # 12
@@ -76,7 +77,7 @@ class StartMessage(FaceFusionOptions):
     type: Literal["start"] = "start"
     token: str | None = Field(default=None, max_length=4096, description="The API token, if the server has one.")
     source_id: str = Field(min_length=1, max_length=256, description="A source registered via POST /v1/sources.")
-    select: Literal["all", "largest", "index"] | None = Field(
+    select: StreamSelectMode | None = Field(
         default=None, description="Which faces to swap (none given: the server's configured selection).")
     face_index: int | None = Field(default=None, ge=0, le=1024,
                                    description="Face in reading order, for select=index (none given: the server's).")
@@ -93,7 +94,7 @@ class StartMessage(FaceFusionOptions):
     @property
     def wants_enhancer(self) -> bool:
         """``enhance``, or FaceFusion's enhancer options (naming the model or a blend ask for it)."""
-        return self.enhance or self.face_enhancer_model is not None or self.face_enhancer_blend is not None
+        return self.enhance or self.asks_enhancer
 
 
 def parse_start(text: str | bytes) -> StartMessage:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fusion_ray.types import Embedding, Face
+from fusion_ray.types import SELECT_MODES, Embedding, Face
 
 
 def order_faces(faces: Sequence[Face]) -> list[Face]:
@@ -43,8 +43,8 @@ def select_indices(bbox_xyxy: np.ndarray, mode: str, *, index: int = 0,
     order = reading_order(bbox_xyxy)
     if not order:
         return []
-    if mode not in ("all", "largest", "index", "reference"):
-        raise ValueError(f"unknown selection mode {mode!r}; expected all, largest, index or reference")
+    if mode not in SELECT_MODES:
+        raise ValueError(f"unknown selection mode {mode!r}; expected one of {', '.join(SELECT_MODES)}")
     if mode == "index" and index < 0:
         raise ValueError(f"index: expected a non-negative face index, got {index}")
     if mode == "reference" and reference is None:

@@ -22,6 +22,10 @@ from fusion_ray.storage import Location, Storage
 MANIFEST_COLUMNS = ("source", "target", "output")
 """Required columns; ``options`` (a JSON object of engine overrides) is optional.
 ``source`` may list several images separated by ``;``."""
+OPTIONS_COLUMN = "options"
+"""The optional column of an item's engine overrides, a JSON object: FaceFusion's option names,
+one key per row of :data:`fusion_ray.options_table.OPTIONS` (``{"face_mask_types": ["box", "area"]}``),
+or EngineConfig's own nesting (``{"masks": {"types": ["box", "area"]}}``)."""
 
 
 def _item(row: dict[str, object], where: str, base: Path | Location, output_root: Output) -> JobItem:
@@ -29,7 +33,7 @@ def _item(row: dict[str, object], where: str, base: Path | Location, output_root
     if missing:
         raise InputError(f"{where}: missing value(s) for {missing}")
     sources = tuple(_resolve(p.strip(), base) for p in str(row["source"]).split(";") if p.strip())
-    options = str(row.get("options") or "").strip() or "{}"
+    options = str(row.get(OPTIONS_COLUMN) or "").strip() or "{}"
     try:
         parsed = json.loads(options)
     except json.JSONDecodeError as exc:

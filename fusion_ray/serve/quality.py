@@ -11,18 +11,19 @@ service runs. What costs a lot is capped by ``limits`` (403 ``over_cap`` naming 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.core.modelset import Component, mask_model_names, required_components
 from fusion_ray.core.steps import Chain, Phase
 from fusion_ray.errors import ConfigError
 from fusion_ray.facefusion_options import (
-    MODEL_MASKS,
     FaceFusionOptions,
     check_options_used,
     check_served,
     configured,
 )
+from fusion_ray.options_table import MODEL_MASKS, OPTIONS, Cap, pixels
 from fusion_ray.serve.limits import ApiError
 from fusion_ray.serve.settings import LimitsSettings, ServeSettings
 
@@ -48,21 +49,34 @@ def _check_models(options: FaceFusionOptions, cfg: EngineConfig) -> None:
         raise ApiError(422, "model_not_served", str(exc)) from exc
 
 
+def _over_cap(cap: Cap, name: str, value: Any, limits: LimitsSettings) -> ApiError | None:
+    """The answer when option ``name`` at ``value`` is over ``cap`` (None: within it)."""
+    if cap == "max_pixel_boost":
+        over = pixels(value) > limits.max_pixel_boost
+        return over_cap(f"{name} {value}", cap, limits.max_pixel_boost) if over else None
+    if cap == "mask_models_allowed":
+        for kind in MODEL_MASKS:
+            if kind in value and kind not in limits.mask_models_allowed:
+                return over_cap(f"{name} {kind}", cap, list(limits.mask_models_allowed))
+        return None
+    return None if limits.enhancer_allowed else over_cap("the enhancer", cap, "false")
+
+
 def _check_caps(options: FaceFusionOptions, limits: LimitsSettings, enhance: bool) -> None:
-    boost = options.pixel_boost
-    if boost is not None and boost > limits.max_pixel_boost:
-        raise over_cap(f"face_swapper_pixel_boost {options.face_swapper_pixel_boost}", "max_pixel_boost",
-                       limits.max_pixel_boost)
-    for kind in MODEL_MASKS:
-        if kind in (options.face_mask_types or ()) and kind not in limits.mask_models_allowed:
-            raise over_cap(f"face_mask_types {kind}", "mask_models_allowed", list(limits.mask_models_allowed))
+    """403 for the first option over the cap its row names (``enhance``: the older field asking
+    for the enhancer, capped as its options are)."""
+    for option in OPTIONS:
+        value = options.value(option.name)
+        answer = None if option.cap is None or value is None else _over_cap(option.cap, option.name, value, limits)
+        if answer is not None:
+            raise answer
     if enhance and not limits.enhancer_allowed:
         raise over_cap("the enhancer", "enhancer_allowed", "false")
 
 
 def _check_points(options: FaceFusionOptions, cfg: EngineConfig) -> None:
-    needs = [what for what, on in (("face_mask_types area", "area" in (options.face_mask_types or ())),
-                                   ("mouth_mask", bool(options.mouth_mask))) if on]
+    needs = [what for what, on in (("face_mask_types area", "area" in options.mask_types),
+                                   ("mouth_mask", bool(options.value("mouth_mask")))) if on]
     if needs and cfg.landmarker.model == "none":
         raise ApiError(422, "invalid_option", f"{' and '.join(needs)} need 68-point landmarks; this service runs "
                        "face_landmarker_model 'none'")
@@ -87,8 +101,8 @@ def request_quality(options: FaceFusionOptions, settings: ServeSettings, *, enha
     ``face_enhancer_*`` options FaceFusion's (a blend in percent, and asking for the enhancer).
     ``enhancer``: whether the service deployed one. Both placements run every step of the chain."""
     cfg = settings.engine
-    wants = enhance or options.face_enhancer_model is not None or options.face_enhancer_blend is not None
-    if blend is not None and options.face_enhancer_blend is not None:
+    wants = enhance or options.asks_enhancer
+    if blend is not None and options.enhancer_blend is not None:
         raise ApiError(422, "invalid_option", "give either blend (a share) or face_enhancer_blend (percent), not both")
     _check_models(options, cfg)
     _check_caps(options, settings.limits, wants)
@@ -103,8 +117,8 @@ def request_quality(options: FaceFusionOptions, settings: ServeSettings, *, enha
     models = quality_models(resulting)
     if not wants:
         return RequestQuality(options, None, models)
-    if options.face_enhancer_blend is not None:
-        blend = options.face_enhancer_blend / 100
+    if options.enhancer_blend is not None:
+        blend = options.enhancer_blend / 100
     return RequestQuality(options, blend if blend is not None else cfg.enhance.blend, models)
 
 

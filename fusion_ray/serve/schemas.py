@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fusion_ray.facefusion_options import FaceFusionOptions
+from fusion_ray.options_table import LIST_OPTIONS, Cap
 from fusion_ray.serve.forms import Form, Part
 from fusion_ray.serve.images import ImageHeader, check_image
 from fusion_ray.serve.limits import ApiError, clip
+from fusion_ray.types import StreamSelectMode
 
 API_VERSION = "v1"
 STAND_IN_HEADER = "X-Fusion-Ray-Stand-In"
@@ -23,10 +25,6 @@ MEDIA_TYPES = {"png": "image/png", "jpeg": "image/jpeg"}
 SUFFIXES = {"png": ".png", "jpeg": ".jpg"}
 
 
-LIST_OPTIONS = ("face_mask_types", "face_mask_padding", "face_mask_areas", "face_mask_regions")
-"""FaceFusion options that take several values: the field repeated, or one field of words."""
-
-
 class SwapOptions(FaceFusionOptions):
     """Text fields of ``POST /v1/swap`` (besides the ``target`` and ``source`` files), with
     FaceFusion's per-request options (:class:`~fusion_ray.facefusion_options.FaceFusionOptions`)."""
@@ -35,7 +33,7 @@ class SwapOptions(FaceFusionOptions):
 
     source_id: str | None = Field(default=None, min_length=1, max_length=64,
                                   description="An id from POST /v1/sources (or send `source` image(s) instead).")
-    select: Literal["all", "largest", "index"] | None = Field(
+    select: StreamSelectMode | None = Field(
         default=None, description="Which target faces to swap (default: the service's configured mode).")
     face_index: int | None = Field(default=None, ge=0, le=1024,
                                    description="Face index in reading order, for select=index.")
@@ -175,7 +173,7 @@ def sources_request_schema() -> dict[str, Any]:
 
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     text = {400: "Malformed request", 401: "Missing or wrong bearer token",
-            403: "Over one of this service's caps (limits.max_pixel_boost, enhancer_allowed, mask_models_allowed)", 404: "Unknown source id",
+            403: f"Over one of this service's caps (limits.{', '.join(get_args(Cap))})", 404: "Unknown source id",
             408: "The request body did not arrive within limits.receive_timeout_s",
             413: "Body or image too large", 415: "Not multipart, or not a supported image",
             422: "Invalid option, undecodable image, or no face", 503: "Overloaded: retry after Retry-After seconds",

@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from fusion_ray.config import EngineConfig, parse_config
 from fusion_ray.errors import ConfigError
 from fusion_ray.live.config import LiveConfig
+from fusion_ray.options_table import MODEL_MASKS, OPTIONS, Cap, ModelMask
+from fusion_ray.types import STREAM_SELECT_MODES
 
 APP_IMPORT_PATH = "fusion_ray.serve.app:build_app"
 DEFAULT_TOKEN_ENV = "FUSION_RAY_API_TOKEN"
@@ -106,6 +108,11 @@ class DeploymentsSettings(_Settings):
         return self
 
 
+def _capped(cap: Cap) -> str:
+    """The options ``cap`` bounds (the table's rows that name it)."""
+    return ", ".join(option.name for option in OPTIONS if option.cap == cap)
+
+
 class LimitsSettings(_Settings):
     """Request limits and overload behaviour of the ingress."""
 
@@ -134,15 +141,15 @@ class LimitsSettings(_Settings):
         "max_body_bytes / receive_timeout_s bytes per second.")
     max_pixel_boost: int = Field(
         default=256, ge=128, le=1024,
-        description="Largest face_swapper_pixel_boost a request may ask, in pixels (403 over_cap above): a boost of "
+        description=f"Largest {_capped('max_pixel_boost')} a request may ask, in pixels (403 over_cap above): a boost of "
         "k x the model's size costs k x k swaps per face. 256 suits CPU hosts; 512 to 1024 on GPUs.")
     enhancer_allowed: bool = Field(
-        default=True, description="Requests may ask for the enhancer (enhance, face_enhancer_*); false: 403 "
-        "over_cap. The enhancer costs more than the swap.")
-    mask_models_allowed: list[Literal["occlusion", "region"]] = Field(
+        default=True, description=f"Requests may ask for the enhancer (enhance, {_capped('enhancer_allowed')}); "
+        "false: 403 over_cap. The enhancer costs more than the swap.")
+    mask_models_allowed: list[ModelMask] = Field(
         default_factory=list,
-        description="Mask types that run a model per face which requests may ask for in face_mask_types (403 "
-        "over_cap otherwise). The service loads their models (engine.masks.occluder_model, parser_model) at start.")
+        description=f"Mask types that run a model per face which requests may ask for in "
+        f"{_capped('mask_models_allowed')} (403 over_cap otherwise). The service loads their models (engine.masks.occluder_model, parser_model) at start.")
 
     @model_validator(mode="after")
     def _per_client(self) -> LimitsSettings:
@@ -215,9 +222,9 @@ class ServeSettings(_Settings):
 
     @model_validator(mode="after")
     def _check(self) -> ServeSettings:
-        if self.engine.selection.mode == "reference":
-            raise ValueError("the service does not support selection mode 'reference'; "
-                             "use all, largest or index")
+        if self.engine.selection.mode not in STREAM_SELECT_MODES:
+            raise ValueError(f"the service does not support selection mode {self.engine.selection.mode!r}; "
+                             f"use {', '.join(STREAM_SELECT_MODES)}")
         ingress = self.deployments.ingress
         admitted = self.limits.max_inflight + self.limits.max_uploads
         if ingress.max_ongoing_requests is not None and ingress.max_ongoing_requests <= admitted:
@@ -243,7 +250,7 @@ class ServeSettings(_Settings):
         boost, cap = self.engine.swap.pixel_boost, self.limits.max_pixel_boost
         if boost is not None and boost > cap:
             raise ValueError(f"engine.swap.pixel_boost ({boost}) is over limits.max_pixel_boost ({cap})")
-        unallowed = sorted({"occlusion", "region"} & set(self.engine.masks.types) - set(self.limits.mask_models_allowed))
+        unallowed = sorted(set(MODEL_MASKS) & set(self.engine.masks.types) - set(self.limits.mask_models_allowed))
         if unallowed:
             raise ValueError(f"engine.masks.types has {', '.join(unallowed)}, which limits.mask_models_allowed "
                              f"({self.limits.mask_models_allowed}) does not allow")
