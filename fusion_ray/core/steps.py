@@ -5,8 +5,9 @@
 
 Each :class:`Step` is a typed function ``(Tools, Rows, FrameBatch) -> FrameBatch`` built on the
 functions of :mod:`fusion_ray.core.chain`. It declares what it reads and writes, the model kind
-it needs, whether it wants a GPU and the phase it belongs to; :class:`Chain` orders the steps by
-phase (registration order within a phase) and keeps those the config enables. Runners (the
+it needs, whether it wants a GPU and the phase it belongs to. :data:`STEPS` lists them in run
+order; :class:`Chain` keeps those the config enables (a step added after them is placed by its
+phase, after the steps of that phase). Runners (the
 engine, the local runner, the Ray Data stages, :class:`fusion_ray.core.frames.FrameChain` for
 ``fusion-ray live`` and the fused Serve placement) ask the chain what to run and decide only where
 each step runs: adding a per-face step is one :class:`Step` in :data:`STEPS` (its function here,
@@ -262,9 +263,22 @@ def _weighting(cfg: EngineConfig) -> bool:
 STEPS: tuple[Step, ...] = (
     Step("detect", "detect", detect_step, ("frame",), ("faces", "faces_detected"), model="detector"),
     Step("select", "select", select_step, ("faces",), ("faces",)),
+    # the 68-point landmarks (after select, so align cuts the crop on their 5 points)
+    Step("landmark", "select", landmark_step, ("frame", "faces"), ("faces", "landmarks_68"), model="landmarker",
+         enabled=lambda cfg: cfg.landmarker.model != "none"),
     Step("align", "align", align_step, ("frame", "faces"), ("crops", "faces_selected")),
+    Step("target_embed", "align", target_embed_step, ("frame", "faces"), ("faces",), model="embedder",
+         wants_gpu=True, enabled=_weighting),
+    Step("area_mask", "target_mask", area_mask_step, ("crops", "landmarks_68"), ("masks",),
+         enabled=lambda cfg: "area" in cfg.masks.types),
+    Step("mouth_mask", "target_mask", mouth_mask_step, ("crops", "landmarks_68"), ("masks",),
+         enabled=lambda cfg: cfg.masks.mouth_mask),
+    Step("occlusion_mask", "target_mask", occlusion_mask_step, ("crops",), ("masks",), model="occluder",
+         wants_gpu=True, enabled=lambda cfg: "occlusion" in cfg.masks.types),
     Step("swap", "swap", swap_step, ("crops", "identities"), ("crops",), model="swapper", wants_gpu=True),
     Step("mask", "swapped_mask", box_mask_step, ("crops",), ("masks",), enabled=lambda cfg: "box" in cfg.masks.types),
+    Step("region_mask", "swapped_mask", region_mask_step, ("crops",), ("masks",), model="parser", wants_gpu=True,
+         enabled=lambda cfg: "region" in cfg.masks.types),
     Step("paste", "paste", paste_step, ("frame", "crops", "masks"), ("frame", "faces_swapped")),
     Step("enhance_align", "enhance_align", enhance_align_step, ("frame", "faces"), ("crops",), enabled=_enhancing),
     Step("enhance", "enhance", enhance_step, ("crops",), ("crops",), model="enhancer", wants_gpu=True,
@@ -272,21 +286,9 @@ STEPS: tuple[Step, ...] = (
     Step("enhance_mask", "enhance_mask", enhance_mask_step, ("crops",), ("masks",), enabled=_enhancing),
     Step("paste_enhanced", "paste_enhanced", paste_enhanced_step, ("frame", "crops", "masks"), ("frame",),
          enabled=_enhancing),
-    # the 68-point landmarks (after select, so align cuts the crop on their 5 points) and the masks
-    Step("landmark", "select", landmark_step, ("frame", "faces"), ("faces", "landmarks_68"), model="landmarker",
-         enabled=lambda cfg: cfg.landmarker.model != "none"),
-    Step("area_mask", "target_mask", area_mask_step, ("crops", "landmarks_68"), ("masks",),
-         enabled=lambda cfg: "area" in cfg.masks.types),
-    Step("mouth_mask", "target_mask", mouth_mask_step, ("crops", "landmarks_68"), ("masks",),
-         enabled=lambda cfg: cfg.masks.mouth_mask),
-    Step("occlusion_mask", "target_mask", occlusion_mask_step, ("crops",), ("masks",), model="occluder",
-         wants_gpu=True, enabled=lambda cfg: "occlusion" in cfg.masks.types),
-    Step("target_embed", "align", target_embed_step, ("frame", "faces"), ("faces",), model="embedder",
-         wants_gpu=True, enabled=_weighting),
-    Step("region_mask", "swapped_mask", region_mask_step, ("crops",), ("masks",), model="parser", wants_gpu=True,
-         enabled=lambda cfg: "region" in cfg.masks.types),
 )
-"""Every step, declared once (disabled ones are left out by :meth:`Chain.of`)."""
+"""Every step, declared once and in run order (phase by phase; disabled ones are left out by
+:meth:`Chain.of`)."""
 
 
 @dataclass(frozen=True)

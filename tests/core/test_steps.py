@@ -147,3 +147,11 @@ def test_an_added_mask_step_reaches_the_fused_serve_placement(setup, with_shut_s
     engine = Engine(cfg.model_copy(update={"enhance": EnhanceConfig(enabled=True, blend=1.0)}), fused.models)
     assert "shut" in engine.chain.names  # the engine's chain with the same step and enhancement
     assert np.array_equal(enhanced.frame, engine.process_frame(frame, identity).frame)
+
+
+def test_steps_are_written_in_run_order():
+    """STEPS reads as the chain runs: ordering by phase moves no step."""
+    phases = [steps.PHASES.index(s.phase) for s in steps.STEPS]
+    assert phases == sorted(phases)
+    every = EngineConfig(enhance=EnhanceConfig(enabled=True))
+    assert Chain.of(every).names == [s.name for s in steps.STEPS if s.enabled(every)]
