@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from fusion_ray.config import EngineConfig, Precision
-from fusion_ray.core.layout import enhancer_spec, source_crop_layout, swapper_spec
+from fusion_ray.core.layout import enhancer_spec, swapper_spec
 from fusion_ray.errors import FusionRayError
 from fusion_ray.models.detector import ScrfdDetector
 from fusion_ray.models.embedder import ArcFaceEmbedder
@@ -46,23 +46,6 @@ Component = Literal["detector", "embedder", "swapper", "enhancer", "landmarker",
 ALL_COMPONENTS: tuple[Component, ...] = ("detector", "embedder", "swapper", "enhancer", "landmarker", "occluder",
                                          "parser")
 ModelT = TypeVar("ModelT")
-
-
-def required_components(cfg: EngineConfig) -> set[Component]:
-    """The components a full frame-to-frame run with ``cfg`` needs."""
-    needed: set[Component] = {"detector", "swapper"}
-    embeds_source = cfg.swap.swapper == "inswapper" and source_crop_layout(cfg) is None
-    if embeds_source or cfg.selection.mode == "reference":
-        needed.add("embedder")
-    if cfg.enhance.enabled:
-        needed.add("enhancer")
-    if cfg.landmarker.model != "none":
-        needed.add("landmarker")
-    if "occlusion" in cfg.masks.types:
-        needed.add("occluder")
-    if "region" in cfg.masks.types:
-        needed.add("parser")
-    return needed
 
 
 def mask_model_names(cfg: EngineConfig) -> dict[Component, str]:
@@ -108,16 +91,17 @@ class ModelSet:
     info: dict[str, ModelInfo] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, cfg: EngineConfig, components: Iterable[Component] | None = None, *,
+    def load(cls, cfg: EngineConfig, components: Iterable[Component], *,
              cpu_budget: float | None = None, store: ModelStore | None = None,
              progress: Progress | None = None) -> ModelSet:
-        """Load ``components`` (default: what ``cfg`` needs) with sessions sized to ``cpu_budget``,
+        """Load ``components`` (what ``cfg`` needs: :func:`fusion_ray.core.steps.required_components`)
+        with sessions sized to ``cpu_budget``,
         each at the precision ``cfg.models.precision`` resolves to on the providers (an INT8
         detector is built on first use, ``progress`` reporting its calibration).
 
         The classic swapper has no model: asking for the swapper then loads nothing.
         """
-        wanted = set(components) if components is not None else required_components(cfg)
+        wanted = set(components)
         store = store or ModelStore(resolve_models_dir(cfg.models.models_dir), overrides=dict(cfg.models.paths))
         models = cls()
         names = cfg.models
@@ -307,7 +291,7 @@ def _needed(model: ModelT | None, component: str) -> ModelT:
     return model
 
 
-def inspect_models(cfg: EngineConfig, components: Iterable[Component] | None = None, *,
+def inspect_models(cfg: EngineConfig, components: Iterable[Component], *,
                    store: ModelStore | None = None) -> dict[str, ModelInfo]:
     """:class:`ModelInfo` of the models ``cfg`` uses, from their files, without loading a session.
 
@@ -315,7 +299,7 @@ def inspect_models(cfg: EngineConfig, components: Iterable[Component] | None = N
     actors load the rest) but must label every output made with a stand-in. An INT8 detector is
     built here (once, cached), so the actors load it and the precision named is the one they run.
     """
-    wanted = set(components) if components is not None else required_components(cfg)
+    wanted = set(components)
     store = store or ModelStore(resolve_models_dir(cfg.models.models_dir), overrides=dict(cfg.models.paths))
     files: list[tuple[Component, str]] = [("detector", cfg.models.detector), ("embedder", cfg.models.embedder)]
     if "enhancer" in wanted:

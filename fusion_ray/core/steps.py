@@ -138,14 +138,13 @@ class Step:
     wants_gpu: bool = False
     enabled: Callable[[EngineConfig], bool] = field(default=lambda cfg: True, compare=False)
     """Whether a config runs it (one config field per optional step)."""
+    also: Callable[[EngineConfig], tuple[Component, ...]] = field(default=lambda cfg: (), compare=False)
+    """The model kinds it needs besides ``model`` under a config (detection by reference embeds)."""
 
     def components(self, cfg: EngineConfig) -> list[Component]:
-        """The models it loads under ``cfg`` (detection by reference also embeds)."""
-        if self.model is None:
-            return []
-        if self.model == "detector" and cfg.selection.mode == "reference":
-            return ["detector", "embedder"]
-        return [self.model]
+        """The model kinds it loads under ``cfg``."""
+        own: list[Component] = [] if self.model is None else [self.model]
+        return list(dict.fromkeys([*own, *self.also(cfg)]))
 
 
 def _unfailed(batch: FrameBatch) -> list[int]:
@@ -254,14 +253,25 @@ def _enhancing(cfg: EngineConfig) -> bool:
     return cfg.enhance.enabled
 
 
+def embeds_source(cfg: EngineConfig) -> bool:
+    """Whether the swapper takes the source as an embedding (not as an image)."""
+    return cfg.swap.swapper == "inswapper" and source_crop_layout(cfg) is None
+
+
 def _weighting(cfg: EngineConfig) -> bool:
     """The swapper weight moves the source embedding towards (or away from) each target face's
     identity (swappers given the source as an image are not balanced)."""
-    return cfg.swap.swapper == "inswapper" and cfg.swap.weight != 0.5 and source_crop_layout(cfg) is None
+    return embeds_source(cfg) and cfg.swap.weight != 0.5
+
+
+def _reference_embeds(cfg: EngineConfig) -> tuple[Component, ...]:
+    """Detection by reference embeds every face it finds."""
+    return ("embedder",) if cfg.selection.mode == "reference" else ()
 
 
 STEPS: tuple[Step, ...] = (
-    Step("detect", "detect", detect_step, ("frame",), ("faces", "faces_detected"), model="detector"),
+    Step("detect", "detect", detect_step, ("frame",), ("faces", "faces_detected"), model="detector",
+         also=_reference_embeds),
     Step("select", "select", select_step, ("faces",), ("faces",)),
     # the 68-point landmarks (after select, so align cuts the crop on their 5 points)
     Step("landmark", "select", landmark_step, ("frame", "faces"), ("faces", "landmarks_68"), model="landmarker",
@@ -289,6 +299,28 @@ STEPS: tuple[Step, ...] = (
 )
 """Every step, declared once and in run order (phase by phase; disabled ones are left out by
 :meth:`Chain.of`)."""
+
+
+def step_named(name: str) -> Step:
+    """The step of :data:`STEPS` called ``name``."""
+    found = next((s for s in STEPS if s.name == name), None)
+    if found is None:
+        raise KeyError(f"no step {name!r}; the steps are {[s.name for s in STEPS]}")
+    return found
+
+
+def source_components(cfg: EngineConfig) -> tuple[Component, ...]:
+    """The model kinds that make the identities the swap step reads (``Rows.identities``) from
+    source images: the detector finds each source face, the embedder embeds it where the swapper
+    takes an embedding (:mod:`fusion_ray.core.identity`)."""
+    return ("detector", "embedder") if embeds_source(cfg) else ("detector",)
+
+
+def required_components(cfg: EngineConfig) -> set[Component]:
+    """The model kinds a full run with ``cfg`` loads: those of every step it runs and those that
+    prepare its sources. The one place this is worked out (the engine's default models, a job's
+    model check, the service's served models)."""
+    return {*Chain.of(cfg).components(cfg), *source_components(cfg)}
 
 
 @dataclass(frozen=True)

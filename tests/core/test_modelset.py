@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from fusion_ray.config import EngineConfig, EnhanceConfig, ModelsConfig, RuntimeConfig
-from fusion_ray.core.modelset import ModelSet, inspect_models, required_components
+from fusion_ray.core.modelset import ModelSet, inspect_models
+from fusion_ray.core.steps import required_components
 from fusion_ray.errors import ConfigError, ModelMissingError
 from fusion_ray.models.spec_models import SpecSwapper
 from tests.models.session_helpers import recording
