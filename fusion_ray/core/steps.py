@@ -27,7 +27,7 @@ and, where frames differ in them, each frame's detector canvas and enhancer blen
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -358,9 +358,10 @@ class Chain:
     def writes(self) -> set[Field]:
         return {w for step in self.steps for w in step.writes}
 
-    def components(self, cfg: EngineConfig) -> list[Component]:
-        """The model kinds the steps load, each once."""
-        return list(dict.fromkeys(c for s in self.steps for c in s.components(cfg)))
+    def components(self, cfg: EngineConfig, *, skipping: Collection[Phase] = ()) -> list[Component]:
+        """The model kinds the steps load, each once (``skipping``: less those of the steps of
+        these phases, whose work was done elsewhere: decoders that track detect)."""
+        return list(dict.fromkeys(c for s in self.steps if s.phase not in skipping for c in s.components(cfg)))
 
     def run(self, tools: Tools, rows: Rows, batch: FrameBatch,
             timings: dict[str, float] | None = None) -> FrameBatch:
