@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fusion_ray.core.tracking_config import TrackingConfig
 from fusion_ray.errors import ConfigError
-from fusion_ray.types import SelectMode
+from fusion_ray.types import DetectorAngle, FaceSelectorOrder, SelectMode
 
 
 class _Config(BaseModel):
@@ -95,6 +95,10 @@ class DetectorConfig(_Config):
     score_threshold: float = Field(default=0.5, gt=0.0, lt=1.0)
     nms_iou: float = Field(default=0.4, gt=0.0, lt=1.0)
     max_faces: int = Field(default=32, ge=1, description="Keep at most this many faces per frame (highest scores).")
+    angles: tuple[DetectorAngle, ...] = Field(
+        default=(0,), min_length=1, description="FaceFusion's --face-detector-angles: the frame is searched "
+        "turned by each of these angles (degrees counter-clockwise) and the faces found are mapped back and "
+        "merged; (0,): the frame as it is.")
 
     @model_validator(mode="after")
     def _size_multiple_of_32(self) -> DetectorConfig:
@@ -110,6 +114,9 @@ class SelectionConfig(_Config):
     index: int = Field(default=0, ge=0, description="Face index in reading order for mode 'index'.")
     reference_path: Path | None = Field(default=None, description="Image of the face to swap, for mode 'reference'.")
     max_distance: float = Field(default=0.6, gt=0.0, le=2.0, description="Cosine distance limit for 'reference'.")
+    order: FaceSelectorOrder | None = Field(
+        default=None, description="FaceFusion's --face-selector-order: the order modes 'all', 'index' and "
+        "'reference' put the faces in; None: reading order (left to right, then top to bottom).")
 
     @model_validator(mode="after")
     def _reference_needs_path(self) -> SelectionConfig:

@@ -25,9 +25,10 @@ from fusion_ray.core.facebatch import FaceBatch
 from fusion_ray.core.layout import CropLayout, align_crops, paste_crops
 from fusion_ray.core.swapper import SwapBackend
 from fusion_ray.errors import is_fatal
-from fusion_ray.models.detector import ScrfdDetector
+from fusion_ray.models.detector import ScrfdDetector, nms
 from fusion_ray.models.embedder import ArcFaceEmbedder
 from fusion_ray.models.enhancer import SpecEnhancer
+from fusion_ray.ops.rotate import map_boxes, map_points, merge_iou, turn_frame
 from fusion_ray.ops.select import select_faces
 from fusion_ray.types import Embedding, Face, Frame, SourceIdentity, check_frame
 
@@ -43,24 +44,27 @@ class Selection:
     index: int = 0
     reference: Embedding | None = None
     max_distance: float = 0.6
+    order: str | None = None
+    """FaceFusion's ``--face-selector-order`` (None: reading order)."""
 
     @classmethod
     def of(cls, cfg: SelectionConfig, reference: Embedding | None = None) -> Selection:
-        return cls(cfg.mode, cfg.index, reference, cfg.max_distance)
+        return cls(cfg.mode, cfg.index, reference, cfg.max_distance, cfg.order)
 
     @classmethod
     def asked(cls, mode: str | None, index: int | None, cfg: SelectionConfig,
               reference: Embedding | None = None) -> Selection:
         """A request's or stream's mode and index, each the configured one where it gives none
         (ValueError: mode reference without the reference face's embedding)."""
-        chosen = cls(mode or cfg.mode, index if index is not None else cfg.index, reference, cfg.max_distance)
+        chosen = cls(mode or cfg.mode, index if index is not None else cfg.index, reference, cfg.max_distance,
+                     cfg.order)
         if chosen.mode == "reference" and reference is None:
             raise ValueError("select reference needs a reference face (engine.selection.reference_path)")
         return chosen
 
     def choose(self, faces: Sequence[Face]) -> list[Face]:
         return select_faces(faces, self.mode, index=self.index, reference=self.reference,
-                            max_distance=self.max_distance)
+                            max_distance=self.max_distance, order=self.order)
 
 
 def guarded(errors: list[str], row: int, stage: str, call: Callable[[], T], fallback: T) -> T:
@@ -91,12 +95,34 @@ def detect_faces(detector: ScrfdDetector, frames: Sequence[Frame], errors: list[
 
 def _detect_all(detector: ScrfdDetector, embedder: ArcFaceEmbedder | None, frame: Frame,
                 selection: Selection) -> list[Face]:
-    faces = detector.detect(check_frame(np.asarray(frame)))
+    faces = detect_turned(detector, check_frame(np.asarray(frame)), detector.cfg.angles)
     if faces and selection.mode == "reference":
         if embedder is None:
             raise ValueError("reference selection needs the embedder")
         faces = identity.embed_faces(embedder, frame, faces)
     return faces
+
+
+def detect_turned(detector: ScrfdDetector, frame: Frame, angles: Sequence[int]) -> list[Face]:
+    """The faces of ``frame`` found on it turned by each of ``angles`` (FaceFusion's
+    ``--face-detector-angles``), mapped back onto it and merged: by descending score, a face
+    overlapping a better one by more than :func:`~fusion_ray.ops.rotate.merge_iou` dropped.
+    ``(0,)``: :meth:`ScrfdDetector.detect` on the frame as it is."""
+    if tuple(angles) == (0,):
+        return detector.detect(frame)
+    height, width = frame.shape[:2]
+    found: list[Face] = []
+    for angle in dict.fromkeys(angles):
+        turned, back = turn_frame(frame, angle)
+        for face in detector.detect(turned):
+            box = np.clip(map_boxes(face.bbox_xyxy, back)[0], 0, [width, height, width, height])
+            found.append(Face(box, map_points(face.landmarks_5, back), face.score))
+    if len(set(angles)) < 2 or not found:
+        return found
+    boxes = np.asarray([f.bbox_xyxy for f in found], np.float32)
+    scores = np.asarray([f.score for f in found], np.float32)
+    keep = nms(boxes, scores, merge_iou(len(set(angles))))[: detector.cfg.max_faces]
+    return [found[int(i)] for i in keep]
 
 
 def select(found: Mapping[int, Sequence[Face]], selections: Sequence[Selection], errors: list[str]
