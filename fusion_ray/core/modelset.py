@@ -20,6 +20,7 @@ from fusion_ray.errors import FusionRayError
 from fusion_ray.models.detector import ScrfdDetector
 from fusion_ray.models.embedder import ArcFaceEmbedder
 from fusion_ray.models.enhancer import SpecEnhancer
+from fusion_ray.models.face_classifier import FAIRFACE, FairFaceClassifier
 from fusion_ray.models.fp16 import fp16_copy
 from fusion_ray.models.landmarker import (
     Dlib68Landmarker,
@@ -42,9 +43,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Component = Literal["detector", "embedder", "swapper", "enhancer", "landmarker", "occluder", "parser"]
+Component = Literal["detector", "embedder", "swapper", "enhancer", "landmarker", "occluder", "parser",
+                    "classifier"]
 ALL_COMPONENTS: tuple[Component, ...] = ("detector", "embedder", "swapper", "enhancer", "landmarker", "occluder",
-                                         "parser")
+                                         "parser", "classifier")
 ModelT = TypeVar("ModelT")
 
 
@@ -62,6 +64,8 @@ def required_components(cfg: EngineConfig) -> set[Component]:
         needed.add("occluder")
     if "region" in cfg.masks.types:
         needed.add("parser")
+    if cfg.selection.classifies:
+        needed.add("classifier")
     return needed
 
 
@@ -105,6 +109,7 @@ class ModelSet:
     landmarker: Dlib68Landmarker | Fan68Landmarker | None = None
     occluder: XsegOccluder | None = None
     parser: BisenetParser | None = None
+    classifier: FairFaceClassifier | None = None
     info: dict[str, ModelInfo] = field(default_factory=dict)
 
     @classmethod
@@ -138,6 +143,10 @@ class ModelSet:
             models.enhancer = SpecEnhancer(opened.session, get_spec(opened.located.name), cfg.enhance.weight)
             models._record(opened, models.enhancer.stand_in)
         models._load_mask_models(cfg, wanted, opener)
+        if "classifier" in wanted:
+            opened = opener.open("classifier", FAIRFACE.name)
+            models.classifier = FairFaceClassifier(opened.session, FAIRFACE)
+            models._record(opened, models.classifier.stand_in)
         return models
 
     def _load_swapper(self, cfg: EngineConfig, opener: _Opener) -> None:

@@ -139,11 +139,17 @@ class Step:
     """Whether a config runs it (one config field per optional step)."""
 
     def components(self, cfg: EngineConfig) -> list[Component]:
-        """The models it loads under ``cfg`` (detection by reference also embeds)."""
+        """The models it loads under ``cfg`` (detection by reference also embeds; by gender, race or age
+        also classifies)."""
         if self.model is None:
             return []
-        if self.model == "detector" and cfg.selection.mode == "reference":
-            return ["detector", "embedder"]
+        if self.model == "detector":
+            needed: list[Component] = ["detector"]
+            if cfg.selection.mode == "reference":
+                needed.append("embedder")
+            if cfg.selection.classifies:  # selection by gender, race or age
+                needed.append("classifier")
+            return needed
         return [self.model]
 
 
@@ -159,7 +165,7 @@ def detect_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
     for size in dict.fromkeys(rows.canvas(r) for r in todo):  # each detector canvas once
         found.update(chain.detect_faces(tools.detector(size), batch.frames, batch.errors,
                                         [r for r in todo if rows.canvas(r) == size], rows.selections,
-                                        embedder=tools.models.embedder))
+                                        embedder=tools.models.embedder, classifier=tools.models.classifier))
     detected = np.zeros(len(batch.frames), np.int32)
     if rows.given is not None and rows.given_found is not None:
         detected = np.where(rows.given, np.asarray(rows.given_found, np.int32), 0).astype(np.int32)

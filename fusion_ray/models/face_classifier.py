@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, get_args
 
 import cv2
 import numpy as np
@@ -39,14 +39,12 @@ from fusion_ray.models.onnx_info import is_stand_in_metadata
 from fusion_ray.models.registry_rows import facefusion_row
 from fusion_ray.models.spec import ModelSpec
 from fusion_ray.ops.align import align_matrix
-from fusion_ray.types import Frame, Landmarks5
+from fusion_ray.types import Frame, Gender, Landmarks5, Race
 
 if TYPE_CHECKING:
     import onnxruntime as ort
 
-Gender = Literal["female", "male"]
 GENDERS: tuple[Gender, ...] = get_args(Gender)
-Race = Literal["white", "black", "latino", "asian", "indian", "arabic"]
 RACES: tuple[Race, ...] = get_args(Race)
 AgeRange = tuple[int, int]
 """An age range as FaceFusion's ``range``: the first age in it and the first after it."""
