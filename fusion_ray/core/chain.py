@@ -93,22 +93,25 @@ def guarded(errors: list[str], row: int, stage: str, call: Callable[[], T], fall
 
 def detect_faces(detector: ScrfdDetector, frames: Sequence[Frame], errors: list[str], rows: Sequence[int],
                  selections: Sequence[Selection], *, embedder: ArcFaceEmbedder | None = None,
-                 classifier: FairFaceClassifier | None = None) -> dict[int, list[Face]]:
+                 classifier: FairFaceClassifier | None = None, angles: Sequence[int] | None = None
+                 ) -> dict[int, list[Face]]:
     """Every face of each healthy frame among ``rows`` (embedded where its selection is by
     reference; only those the classifier's answers keep where its selection filters by them, as
-    FaceFusion filters before it chooses); a frame that fails is marked in ``errors`` and has none."""
+    FaceFusion filters before it chooses); a frame that fails is marked in ``errors`` and has none.
+    ``angles``: the detector angles (None: the detector's configured ones)."""
     found: dict[int, list[Face]] = {}
     for row in rows:
         if errors[row]:
             continue
-        one = partial(_detect_all, detector, embedder, frames[row], selections[row], classifier)
+        one = partial(_detect_all, detector, embedder, frames[row], selections[row], classifier,
+                      detector.cfg.angles if angles is None else angles)
         found[row] = guarded(errors, row, "detect", one, [])
     return found
 
 
 def _detect_all(detector: ScrfdDetector, embedder: ArcFaceEmbedder | None, frame: Frame,
-                selection: Selection, classifier: FairFaceClassifier | None = None) -> list[Face]:
-    faces = detect_turned(detector, check_frame(np.asarray(frame)), detector.cfg.angles)
+                selection: Selection, classifier: FairFaceClassifier | None, angles: Sequence[int]) -> list[Face]:
+    faces = detect_turned(detector, check_frame(np.asarray(frame)), angles)
     if faces and selection.classifies:
         if classifier is None:
             raise ValueError("selection by gender, race or age needs the face classifier")
