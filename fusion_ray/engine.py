@@ -14,9 +14,9 @@ from fusion_ray.config import EngineConfig
 from fusion_ray.core import chain, identity
 from fusion_ray.core.facebatch import FrameBatch
 from fusion_ray.core.layout import CropLayout
-from fusion_ray.core.modelset import Component, ModelInfo, ModelSet, required_components
+from fusion_ray.core.modelset import Component, ModelInfo, ModelSet
 from fusion_ray.core.provenance import Provenance
-from fusion_ray.core.steps import Chain, Rows, Tools
+from fusion_ray.core.steps import Chain, Rows, Tools, required_components
 from fusion_ray.core.swapper import SwapBackend
 from fusion_ray.models.store import ModelStore
 from fusion_ray.types import Embedding, Face, Frame, SourceIdentity, check_frame
@@ -49,7 +49,8 @@ class Engine:
     def load(cls, cfg: EngineConfig, *, components: Sequence[Component] | None = None,
              cpu_budget: float | None = None, store: ModelStore | None = None) -> Engine:
         """Load the components ``cfg`` needs (or just ``components``) with sessions sized to ``cpu_budget``."""
-        return cls(cfg, ModelSet.load(cfg, components, cpu_budget=cpu_budget, store=store))
+        wanted = required_components(cfg) if components is None else components
+        return cls(cfg, ModelSet.load(cfg, wanted, cpu_budget=cpu_budget, store=store))
 
     @property
     def model_info(self) -> dict[str, ModelInfo]:

@@ -21,6 +21,7 @@ import numpy as np
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.core.modelset import inspect_models
+from fusion_ray.core.steps import required_components
 from fusion_ray.errors import InputError
 from fusion_ray.imageio import read_image
 from fusion_ray.pipeline.config import JobConfig
@@ -55,7 +56,8 @@ def insightface_loop(python: str, engine: EngineConfig, source: Path, out_dir: P
     """insightface's loop on the job's own model files (detector, embedder, inswapper); the detector
     at FP32, the only precision insightface's loop runs."""
     fp32 = engine.models.model_copy(update={"precision": {**engine.models.precision, "detector": "fp32"}})
-    models = inspect_models(engine.model_copy(update={"models": fp32}))
+    fp32_engine = engine.model_copy(update={"models": fp32})
+    models = inspect_models(fp32_engine, required_components(fp32_engine))
     paths = {name: Path(info.path) for name, info in models.items()}
     detector = next((p for n, p in paths.items() if n.startswith("scrfd")), None)
     embedder, swapper = paths.get("arcface_w600k_r50"), next((p for n, p in paths.items() if n.startswith("inswapper")), None)

@@ -48,6 +48,8 @@ class BurstPlan:
     sigterm_runs: int = 3
     sigterm_after_s: float = 1.5
     request_timeout_s: float = 60.0
+    log: Path = Path("serve_burst.log")
+    """Where the service's stderr goes (appended)."""
 
 
 @dataclass
@@ -64,8 +66,9 @@ class BurstResult:
 
 def start_service(plan: BurstPlan) -> subprocess.Popen[bytes]:
     env = {**os.environ, "FUSION_RAY_API_TOKEN": "", "RAY_USAGE_STATS_ENABLED": "0"}
-    return subprocess.Popen([str(FUSION_RAY), "serve", "--port", str(plan.port), *plan.models],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    with plan.log.open("ab") as log:  # the service's stderr (Ray's replica logs too), never a pipe left unread
+        return subprocess.Popen([str(FUSION_RAY), "serve", "--port", str(plan.port), *plan.models],
+                                env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
 
 
 async def wait_ready(base: str, proc: subprocess.Popen[bytes], timeout_s: float = 240.0) -> None:

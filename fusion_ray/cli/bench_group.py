@@ -75,8 +75,9 @@ def translate(argv: Sequence[str]) -> tuple[list[str], str | None]:
     old = words[at]
     if old in OLD_NAMES:
         new = ["bench", OLD_NAMES[old]]
-    elif old == "bench" and at + 1 < len(words) and words[at + 1].startswith("-") and words[at + 1] not in _HELP:
-        new = ["bench", OLD_BENCH]
+    elif old == "bench" and (at + 1 == len(words)
+                             or (words[at + 1].startswith("-") and words[at + 1] not in _HELP)):
+        new = ["bench", OLD_BENCH]  # bare `bench` and `bench --options` ran the pipeline benchmark
     else:
         return words, None
     notice = (f"note: `fusion-ray {old}` is now `fusion-ray {' '.join(new)}`; "

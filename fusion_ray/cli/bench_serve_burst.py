@@ -25,6 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--clients", type=int, default=25, help="loopback addresses they come from (default 25)")
     parser.add_argument("--sigterm-runs", type=int, default=3, help="stops during a burst (default 3)")
     parser.add_argument("--port", type=int, default=8141, help="loopback port of the service (default 8141)")
+    parser.add_argument("--log", type=Path, default=Path("serve_burst.log"),
+                        help="append the service's stderr here (default serve_burst.log)")
     parser.set_defaults(run=run)
 
 
@@ -40,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
 
     models = ("--models-dir", str(args.models_dir), *(a for m in args.model for a in ("--model", m)))
     plan = BurstPlan(target=args.target, source=args.source, models=models, port=args.port, bursts=args.bursts,
-                     concurrency=args.concurrency, clients=args.clients, sigterm_runs=args.sigterm_runs)
+                     concurrency=args.concurrency, clients=args.clients, sigterm_runs=args.sigterm_runs,
+                     log=args.log)
     if plan.bursts:
         print(burst_table(asyncio.run(run_bursts(plan))), flush=True)
     if plan.sigterm_runs:

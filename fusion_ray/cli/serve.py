@@ -170,7 +170,7 @@ def guard_config(app_args: dict[str, Any], header_timeout_s: float, route_prefix
     settings = ServeSettings.model_validate(app_args)
     ingress = settings.deployments.ingress
     places = ingress.num_replicas * settings.ingress_max_ongoing()
-    reserve = min(GuardConfig.ops_reserve, max(places // 4, 1))
+    reserve = min(GuardConfig.ops_reserve, places // 4)
     return GuardConfig(header_timeout_s=header_timeout_s, max_requests=max(places - reserve, 1), ops_reserve=reserve,
                        retry_after_s=settings.limits.retry_after_s, route_prefix=route_prefix)
 
@@ -286,7 +286,8 @@ def _drain(serve: Any, name: str, drain_s: float, deadline: float, guard: Header
     told = _bounded("telling the live streams to end", tell, min(2 * STREAMS_S, deadline - time.monotonic()),
                     note="could not tell the live streams to end")
     if guard is not None and not guard.wait_idle(max(drained_by - time.monotonic(), 0.0)):
-        print(f"note: {guard.in_flight()} request(s) not answered within {drain_s:g} s get a 503", file=sys.stderr)
+        print(f"note: {guard.in_flight()} request(s) still open after {drain_s:g} s: those not answered yet get "
+              "a 503, the rest are closed", file=sys.stderr)
         guard.refuse_waiting()
     deleted = _bounded("serve.delete", lambda: serve.delete(name), min(drain_s + 1.0, deadline - time.monotonic()),
                        note="the application did not drain cleanly")

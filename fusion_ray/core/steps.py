@@ -5,8 +5,9 @@
 
 Each :class:`Step` is a typed function ``(Tools, Rows, FrameBatch) -> FrameBatch`` built on the
 functions of :mod:`fusion_ray.core.chain`. It declares what it reads and writes, the model kind
-it needs, whether it wants a GPU and the phase it belongs to; :class:`Chain` orders the steps by
-phase (registration order within a phase) and keeps those the config enables. Runners (the
+it needs, whether it wants a GPU and the phase it belongs to. :data:`STEPS` lists them in run
+order; :class:`Chain` keeps those the config enables (a step added after them is placed by its
+phase, after the steps of that phase). Runners (the
 engine, the local runner, the Ray Data stages, :class:`fusion_ray.core.frames.FrameChain` for
 ``fusion-ray live`` and the fused Serve placement) ask the chain what to run and decide only where
 each step runs: adding a per-face step is one :class:`Step` in :data:`STEPS` (its function here,
@@ -26,7 +27,7 @@ and, where frames differ in them, each frame's detector canvas and enhancer blen
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -137,20 +138,13 @@ class Step:
     wants_gpu: bool = False
     enabled: Callable[[EngineConfig], bool] = field(default=lambda cfg: True, compare=False)
     """Whether a config runs it (one config field per optional step)."""
+    also: Callable[[EngineConfig], tuple[Component, ...]] = field(default=lambda cfg: (), compare=False)
+    """The model kinds it needs besides ``model`` under a config (detection by reference embeds)."""
 
     def components(self, cfg: EngineConfig) -> list[Component]:
-        """The models it loads under ``cfg`` (detection by reference also embeds; by gender, race or age
-        also classifies)."""
-        if self.model is None:
-            return []
-        if self.model == "detector":
-            needed: list[Component] = ["detector"]
-            if cfg.selection.mode == "reference":
-                needed.append("embedder")
-            if cfg.selection.classifies:  # selection by gender, race or age
-                needed.append("classifier")
-            return needed
-        return [self.model]
+        """The model kinds it loads under ``cfg``."""
+        own: list[Component] = [] if self.model is None else [self.model]
+        return list(dict.fromkeys([*own, *self.also(cfg)]))
 
 
 def _unfailed(batch: FrameBatch) -> list[int]:
@@ -260,18 +254,43 @@ def _enhancing(cfg: EngineConfig) -> bool:
     return cfg.enhance.enabled
 
 
+def embeds_source(cfg: EngineConfig) -> bool:
+    """Whether the swapper takes the source as an embedding (not as an image)."""
+    return cfg.swap.swapper == "inswapper" and source_crop_layout(cfg) is None
+
+
 def _weighting(cfg: EngineConfig) -> bool:
     """The swapper weight moves the source embedding towards (or away from) each target face's
     identity (swappers given the source as an image are not balanced)."""
-    return cfg.swap.swapper == "inswapper" and cfg.swap.weight != 0.5 and source_crop_layout(cfg) is None
+    return embeds_source(cfg) and cfg.swap.weight != 0.5
+
+
+def _reference_embeds(cfg: EngineConfig) -> tuple[Component, ...]:
+    """Detection by reference embeds every face it finds; by gender, race or age it classifies them."""
+    embeds: tuple[Component, ...] = ("embedder",) if cfg.selection.mode == "reference" else ()
+    return (*embeds, "classifier") if cfg.selection.classifies else embeds
 
 
 STEPS: tuple[Step, ...] = (
-    Step("detect", "detect", detect_step, ("frame",), ("faces", "faces_detected"), model="detector"),
+    Step("detect", "detect", detect_step, ("frame",), ("faces", "faces_detected"), model="detector",
+         also=_reference_embeds),
     Step("select", "select", select_step, ("faces",), ("faces",)),
+    # the 68-point landmarks (after select, so align cuts the crop on their 5 points)
+    Step("landmark", "select", landmark_step, ("frame", "faces"), ("faces", "landmarks_68"), model="landmarker",
+         enabled=lambda cfg: cfg.landmarker.model != "none"),
     Step("align", "align", align_step, ("frame", "faces"), ("crops", "faces_selected")),
+    Step("target_embed", "align", target_embed_step, ("frame", "faces"), ("faces",), model="embedder",
+         wants_gpu=True, enabled=_weighting),
+    Step("area_mask", "target_mask", area_mask_step, ("crops", "landmarks_68"), ("masks",),
+         enabled=lambda cfg: "area" in cfg.masks.types),
+    Step("mouth_mask", "target_mask", mouth_mask_step, ("crops", "landmarks_68"), ("masks",),
+         enabled=lambda cfg: cfg.masks.mouth_mask),
+    Step("occlusion_mask", "target_mask", occlusion_mask_step, ("crops",), ("masks",), model="occluder",
+         wants_gpu=True, enabled=lambda cfg: "occlusion" in cfg.masks.types),
     Step("swap", "swap", swap_step, ("crops", "identities"), ("crops",), model="swapper", wants_gpu=True),
     Step("mask", "swapped_mask", box_mask_step, ("crops",), ("masks",), enabled=lambda cfg: "box" in cfg.masks.types),
+    Step("region_mask", "swapped_mask", region_mask_step, ("crops",), ("masks",), model="parser", wants_gpu=True,
+         enabled=lambda cfg: "region" in cfg.masks.types),
     Step("paste", "paste", paste_step, ("frame", "crops", "masks"), ("frame", "faces_swapped")),
     Step("enhance_align", "enhance_align", enhance_align_step, ("frame", "faces"), ("crops",), enabled=_enhancing),
     Step("enhance", "enhance", enhance_step, ("crops",), ("crops",), model="enhancer", wants_gpu=True,
@@ -279,21 +298,31 @@ STEPS: tuple[Step, ...] = (
     Step("enhance_mask", "enhance_mask", enhance_mask_step, ("crops",), ("masks",), enabled=_enhancing),
     Step("paste_enhanced", "paste_enhanced", paste_enhanced_step, ("frame", "crops", "masks"), ("frame",),
          enabled=_enhancing),
-    # the 68-point landmarks (after select, so align cuts the crop on their 5 points) and the masks
-    Step("landmark", "select", landmark_step, ("frame", "faces"), ("faces", "landmarks_68"), model="landmarker",
-         enabled=lambda cfg: cfg.landmarker.model != "none"),
-    Step("area_mask", "target_mask", area_mask_step, ("crops", "landmarks_68"), ("masks",),
-         enabled=lambda cfg: "area" in cfg.masks.types),
-    Step("mouth_mask", "target_mask", mouth_mask_step, ("crops", "landmarks_68"), ("masks",),
-         enabled=lambda cfg: cfg.masks.mouth_mask),
-    Step("occlusion_mask", "target_mask", occlusion_mask_step, ("crops",), ("masks",), model="occluder",
-         wants_gpu=True, enabled=lambda cfg: "occlusion" in cfg.masks.types),
-    Step("target_embed", "align", target_embed_step, ("frame", "faces"), ("faces",), model="embedder",
-         wants_gpu=True, enabled=_weighting),
-    Step("region_mask", "swapped_mask", region_mask_step, ("crops",), ("masks",), model="parser", wants_gpu=True,
-         enabled=lambda cfg: "region" in cfg.masks.types),
 )
-"""Every step, declared once (disabled ones are left out by :meth:`Chain.of`)."""
+"""Every step, declared once and in run order (phase by phase; disabled ones are left out by
+:meth:`Chain.of`)."""
+
+
+def step_named(name: str) -> Step:
+    """The step of :data:`STEPS` called ``name``."""
+    found = next((s for s in STEPS if s.name == name), None)
+    if found is None:
+        raise KeyError(f"no step {name!r}; the steps are {[s.name for s in STEPS]}")
+    return found
+
+
+def source_components(cfg: EngineConfig) -> tuple[Component, ...]:
+    """The model kinds that make the identities the swap step reads (``Rows.identities``) from
+    source images: the detector finds each source face, the embedder embeds it where the swapper
+    takes an embedding (:mod:`fusion_ray.core.identity`)."""
+    return ("detector", "embedder") if embeds_source(cfg) else ("detector",)
+
+
+def required_components(cfg: EngineConfig) -> set[Component]:
+    """The model kinds a full run with ``cfg`` loads: those of every step it runs and those that
+    prepare its sources. The one place this is worked out (the engine's default models, a job's
+    model check, the service's served models)."""
+    return {*Chain.of(cfg).components(cfg), *source_components(cfg)}
 
 
 @dataclass(frozen=True)
@@ -331,9 +360,10 @@ class Chain:
     def writes(self) -> set[Field]:
         return {w for step in self.steps for w in step.writes}
 
-    def components(self, cfg: EngineConfig) -> list[Component]:
-        """The model kinds the steps load, each once."""
-        return list(dict.fromkeys(c for s in self.steps for c in s.components(cfg)))
+    def components(self, cfg: EngineConfig, *, skipping: Collection[Phase] = ()) -> list[Component]:
+        """The model kinds the steps load, each once (``skipping``: less those of the steps of
+        these phases, whose work was done elsewhere: decoders that track detect)."""
+        return list(dict.fromkeys(c for s in self.steps if s.phase not in skipping for c in s.components(cfg)))
 
     def run(self, tools: Tools, rows: Rows, batch: FrameBatch,
             timings: dict[str, float] | None = None) -> FrameBatch:

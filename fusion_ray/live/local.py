@@ -13,8 +13,8 @@ import threading
 
 from fusion_ray.core import chain
 from fusion_ray.core.frames import FrameChain, FrameJob, FrameRequest
-from fusion_ray.core.modelset import required_components
 from fusion_ray.core.sources import SourceStore
+from fusion_ray.core.steps import required_components
 from fusion_ray.engine import Engine
 from fusion_ray.errors import ConfigError
 from fusion_ray.facefusion_options import check_options_used, check_served, configured

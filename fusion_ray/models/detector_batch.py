@@ -33,7 +33,7 @@ PROOF_HW = (64, 96)
 """The random images the rewritten model is proved on (small: the proof costs a few ms)."""
 PROOF_ATOL = 1e-4
 
-_made: weakref.WeakKeyDictionary[ScrfdDetector, ScrfdDetector] = weakref.WeakKeyDictionary()
+_made: weakref.WeakKeyDictionary[ScrfdDetector, ScrfdDetector | None] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -72,11 +72,11 @@ def batch_detector(detector: ScrfdDetector) -> ScrfdDetector:
     if detector.batch_dynamic:
         return detector
     with _lock:
-        made = _made.get(detector)
-        if made is None:
+        if detector not in _made:
             made = _make(detector)
-            _made[detector] = made
-        return made
+            # None: the detector itself (a value that is its own key would keep it alive forever)
+            _made[detector] = None if made is detector else made
+        return _made[detector] or detector
 
 
 def _make(detector: ScrfdDetector) -> ScrfdDetector:

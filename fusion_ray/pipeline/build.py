@@ -23,7 +23,7 @@ from ray.data import ActorPoolStrategy, Dataset
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.core.steps import Chain
-from fusion_ray.pipeline.config import FUSED_POOL, PipelineConfig, StageResources
+from fusion_ray.pipeline.config import FUSED_POOL, PipelineConfig, StagePool, StageResources
 from fusion_ray.pipeline.stages import Batch, ChainStage, Stage, stage_groups
 from fusion_ray.pipeline.writer import EncodeStage
 from fusion_ray.types import Embedding, SourceIdentity
@@ -61,6 +61,11 @@ class StageSpec:
     def name(self) -> str:
         """The stage's name (a chain stage's group, else its class's)."""
         return str(self.args[1]) if self.cls is ChainStage else self.cls.name
+
+    @property
+    def pool(self) -> StagePool:
+        """The actor pool it runs in when the stages are not fused."""
+        return StagePool(self.name, self.resources, self.gets_gpu)
 
     def build(self) -> Stage:
         return self.cls(*self.args, **self.kwargs)
@@ -123,6 +128,21 @@ def stage_specs(engine: EngineConfig, pipeline: PipelineConfig, identities: Mapp
     return specs
 
 
+def pools_of(specs: Sequence[StageSpec], pipeline: PipelineConfig, gpus_available: bool) -> list[StagePool]:
+    """The actor pools :func:`build_pipeline` starts for ``specs``: one per stage, or the one CPU
+    pool (``detect``'s resources) that runs them all fused."""
+    if pipeline.fused(gpus_available):
+        return [StagePool(FUSED_POOL, pipeline.detect)]
+    return [spec.pool for spec in specs]
+
+
+def stage_pools(engine: EngineConfig, pipeline: PipelineConfig, *, gpus_available: bool) -> list[StagePool]:
+    """The actor pools a job's pipeline starts (its chain's stages and encode), from the stages
+    :func:`stage_specs` builds: what :meth:`PipelineConfig.check_fits` budgets."""
+    specs = stage_specs(engine, pipeline, {}, None, Sink([]), gpus_available=gpus_available)
+    return pools_of(specs, pipeline, gpus_available)
+
+
 def _pool_args(resources: StageResources, gets_gpu: bool) -> dict[str, Any]:
     num_gpus = resources.num_gpus if gets_gpu else 0.0
     args: dict[str, Any] = {
@@ -149,12 +169,14 @@ def build_pipeline(ds: Dataset, engine: EngineConfig, pipeline: PipelineConfig,
     """
     gpus = cluster_gpus() > 0 if gpus_available is None else gpus_available
     specs = stage_specs(engine, pipeline, identities, reference, sink, gpus_available=gpus, tracked=tracked)
+    pools = pools_of(specs, pipeline, gpus)
     if pipeline.fused(gpus):
-        log.info("running the stages fused in one CPU actor pool (%d actors)", pipeline.detect.max_actors)
-        return ds.map_batches(FusedStage, fn_constructor_args=(specs,), **_pool_args(pipeline.detect, False))
+        (fused,) = pools
+        log.info("running the stages fused in one CPU actor pool (%d actors)", fused.resources.max_actors)
+        return ds.map_batches(FusedStage, fn_constructor_args=(specs,), **_pool_args(fused.resources, fused.gets_gpu))
     if not gpus:
         log.info("no GPU in the cluster: GPU stages run on CPU")
-    for spec in specs:
+    for spec, pool in zip(specs, pools, strict=True):
         ds = ds.map_batches(spec.cls, fn_constructor_args=spec.args, fn_constructor_kwargs=spec.kwargs,
-                            **_pool_args(spec.resources, spec.gets_gpu))
+                            **_pool_args(pool.resources, pool.gets_gpu))
     return ds

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,6 +43,16 @@ class StageResources(_Config):
     @property
     def cpu_budget(self) -> float:
         return float(self.threads) if self.threads is not None else self.num_cpus
+
+
+@dataclass(frozen=True)
+class StagePool:
+    """One actor pool a pipeline starts: its stage's name, its resources, and whether its actors
+    ask Ray for GPUs (:func:`fusion_ray.pipeline.build.stage_pools` lists a chain's)."""
+
+    name: str
+    resources: StageResources
+    gets_gpu: bool = False
 
 
 class PipelineConfig(_Config):
@@ -117,35 +128,36 @@ class PipelineConfig(_Config):
         segments in flight, which the decode-ahead (``read_tasks``) bounds; at most ``writers``."""
         return min(self.writers, self.read_tasks, video_segments)
 
-    def reserved_cpus(self, enhance: bool, gpus_available: bool) -> float:
-        """Logical CPUs the actor pools hold at their minimum size (GPU stages hold CPUs too)."""
-        stages = [self.detect]
-        if not self.fused(gpus_available):
-            stages += [self.swap, self.paste, self.encode]
-            if enhance:
-                stages += [self.enhance, self.paste_enhanced]
+    def reserved_cpus(self, pools: Sequence[StagePool]) -> float:
+        """Logical CPUs the actor pools ``pools`` hold at their minimum size (GPU pools hold CPUs
+        too), and the segment writers."""
         writers = self.writers_for(self.read_tasks)  # at most
-        return sum(s.num_cpus * s.min_actors for s in stages) + writers * self.writer_num_cpus
+        return sum(p.resources.num_cpus * p.resources.min_actors for p in pools) + writers * self.writer_num_cpus
 
-    def check_fits(self, cluster_cpus: float, *, enhance: bool, gpus_available: bool,
-                   cluster_gpus: float | None = None) -> None:
-        """ConfigError when the pools leave no CPU for a read task (the job would deadlock), or,
-        with ``gpus: auto``, when the GPU pools' min_actors need more GPUs than the cluster has
-        (they would never start). With ``gpus: always`` the autoscaler may still add GPUs."""
-        reserved = self.reserved_cpus(enhance, gpus_available)
+    @staticmethod
+    def reserved_gpus(pools: Sequence[StagePool]) -> float:
+        """GPUs the pools whose actors ask for them hold at their minimum size."""
+        return sum(p.resources.num_gpus * p.resources.min_actors for p in pools if p.gets_gpu)
+
+    def check_fits(self, cluster_cpus: float, pools: Sequence[StagePool], *, cluster_gpus: float | None = None) -> None:
+        """ConfigError when the pools the pipeline starts (``pools``, the stages it builds: see
+        :func:`fusion_ray.pipeline.build.stage_pools`) leave no CPU for a read task (the job would
+        deadlock), or, with ``gpus: auto``, when the GPU pools' min_actors need more GPUs than the
+        cluster has (they would never start). With ``gpus: always`` the autoscaler may still add GPUs."""
+        reserved = self.reserved_cpus(pools)
         if reserved + self.read_num_cpus > cluster_cpus + 1e-9:
             raise ConfigError(
                 f"the pipeline's actor pools reserve {reserved:g} CPUs and a read task needs "
                 f"{self.read_num_cpus:g}, but the cluster has {cluster_cpus:g}: lower the stages' "
                 "num_cpus or min_actors in the pipeline config (the job would deadlock)")
-        if cluster_gpus is None or self.gpus != "auto" or not gpus_available or self.fused(gpus_available):
+        if cluster_gpus is None or self.gpus != "auto":
             return
-        stages = [self.swap, self.enhance] if enhance else [self.swap]
-        needed = sum(s.num_gpus * s.min_actors for s in stages)
+        needed = self.reserved_gpus(pools)
         if needed > cluster_gpus + 1e-9:
+            names = "/".join(dict.fromkeys(p.name for p in pools if p.gets_gpu))
             raise ConfigError(
                 f"the GPU pools' min_actors need {needed:g} GPUs but the cluster has {cluster_gpus:g}: "
-                "lower num_gpus or min_actors of swap/enhance (or set gpus: always on a cluster that "
+                f"lower num_gpus or min_actors of {names} (or set gpus: always on a cluster that "
                 "autoscales GPU workers)")
 
 

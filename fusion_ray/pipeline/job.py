@@ -142,8 +142,11 @@ def _group_runner(plan: JobPlan, runner: Runner) -> GroupRunner:
 
 
 def _check_fits(plan: JobPlan, gpus_now: float, cluster_cpus: float) -> None:
-    """A pipeline that cannot fit is a whole-job error (ConfigError), raised before anything is written."""
+    """A pipeline that cannot fit is a whole-job error (ConfigError), raised before anything is
+    written: the pools of the stages each group builds are budgeted."""
+    from fusion_ray.pipeline.build import stage_pools
+
     for group in plan.groups:
         cfg = group.cfg
-        cfg.pipeline.check_fits(cluster_cpus, enhance=cfg.engine.enhance.enabled,
-                                gpus_available=cfg.pipeline.uses_gpus(gpus_now), cluster_gpus=gpus_now)
+        pools = stage_pools(cfg.engine, cfg.pipeline, gpus_available=cfg.pipeline.uses_gpus(gpus_now))
+        cfg.pipeline.check_fits(cluster_cpus, pools, cluster_gpus=gpus_now)

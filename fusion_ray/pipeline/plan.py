@@ -26,6 +26,7 @@ from pathlib import Path
 
 from fusion_ray.animation import check_animated_output, is_animated
 from fusion_ray.core.modelset import ModelInfo, inspect_models
+from fusion_ray.core.steps import required_components
 from fusion_ray.errors import FusionRayError, InputError, VideoError, describe_error
 from fusion_ray.fsutil import check_input_file, check_not_an_input, resolve_path
 from fusion_ray.imageheader import SUPPORTED_FORMATS
@@ -220,7 +221,8 @@ def plan_job(items: Sequence[JobItem], cfg: JobConfig, *, output_root: Output | 
     for options, indices in members.items():
         try:
             group_cfg = with_overrides(cfg, options)
-            models = inspect_models(group_cfg.engine)  # every model the pipeline needs: missing or corrupt, before Ray
+            # every model the pipeline needs: missing or corrupt, before Ray
+            models = inspect_models(group_cfg.engine, required_components(group_cfg.engine))
             fingerprint = models_fingerprint(models)
             groups.append(GroupPlan(group_cfg, tuple(indices), models, fingerprint))
             for n in indices:

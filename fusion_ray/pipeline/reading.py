@@ -85,7 +85,7 @@ def segment_frames(unit: ReadUnit, tracking: TrackedRead | None, storage: Storag
             for frame in decoded:
                 yield TrackedFrame(frame.index, frame.time_s, frame.frame)
             return
-        reader = SegmentReader(models or tracking.load_models(), tracking, fps=unit.fps, frame_hw=unit.frame_hw)
+        reader = SegmentReader(models if models is not None else tracking.load_models(), tracking, fps=unit.fps, frame_hw=unit.frame_hw)
         yield from reader.frames(decoded)
 
 

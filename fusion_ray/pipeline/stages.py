@@ -40,7 +40,7 @@ from fusion_ray.core.facebatch import (
     per_row,
 )
 from fusion_ray.core.modelset import ModelSet
-from fusion_ray.core.steps import Chain, Rows, Step, Tools, run_steps
+from fusion_ray.core.steps import Chain, Phase, Rows, Step, Tools, run_steps
 from fusion_ray.pipeline.report import step_column
 from fusion_ray.types import Embedding, SourceIdentity
 
@@ -202,9 +202,9 @@ class ChainStage(Stage):
         self.group = groups[k]
         self.name = name
         detects = any(s.phase == "detect" for s in self.group.steps)
-        components = [c for s in self.group.steps for c in s.components(cfg)]
-        if detects and tracked and not images:
-            components = [c for c in components if c not in ("detector", "embedder")]
+        # a video-only job's read tasks track: its detect step finds its faces given
+        skipped: tuple[Phase, ...] = ("detect",) if tracked and not images else ()
+        components = Chain(self.group.steps).components(cfg, skipping=skipped)
         # detection by reference needs the reference; the swapper weight's embedder (target_embed) does not
         if detects and cfg.selection.mode == "reference" and "embedder" in components and reference is None:
             raise ValueError("reference selection needs the reference embedding")

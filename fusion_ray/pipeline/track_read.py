@@ -36,6 +36,7 @@ from fusion_ray.core import identity
 from fusion_ray.core.facebatch import FaceBatch
 from fusion_ray.core.modelset import Component, ModelSet
 from fusion_ray.core.redetect import TrackingDetector
+from fusion_ray.core.steps import step_named
 from fusion_ray.core.track_select import TrackSelection
 from fusion_ray.core.tracking import FrameFaces
 from fusion_ray.core.tracking_stream import SegmentTracks
@@ -68,7 +69,8 @@ class TrackedRead:
     cpu_budget: float = 1.0
 
     def components(self) -> list[Component]:
-        return ["detector", "embedder"] if self.engine.selection.mode == "reference" else ["detector"]
+        """The detect step's models (the read task detects in its place)."""
+        return step_named("detect").components(self.engine)
 
     def load_models(self) -> ModelSet:
         """The read task's models (the session start is logged: each read task pays it once)."""

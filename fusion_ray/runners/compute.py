@@ -11,7 +11,7 @@ import numpy as np
 from fusion_ray.core import chain
 from fusion_ray.core.facebatch import FaceBatch, FrameBatch
 from fusion_ray.core.modelset import ModelSet
-from fusion_ray.core.steps import Chain, Rows, Tools, run_steps
+from fusion_ray.core.steps import Chain, Phase, Rows, Tools, run_steps
 from fusion_ray.errors import is_fatal
 from fusion_ray.pipeline.config import LocalConfig
 from fusion_ray.pipeline.group import Sources
@@ -37,9 +37,8 @@ class ComputeWorker:
     def run(self) -> None:
         """Batches until END; the last worker to end sends END to the encoder."""
         lanes, local, engine = self.lanes, self.local, self.ctx.cfg.engine
-        components = self.chain.components(engine)
-        if not self.detect_in_chain:
-            components = [c for c in components if c not in ("detector", "embedder")]
+        skipped: tuple[Phase, ...] = () if self.detect_in_chain else ("detect",)  # the decoders detect
+        components = self.chain.components(engine, skipping=skipped)
         tools = Tools(engine, ModelSet.load(engine, components, cpu_budget=local.threads))
         selection = chain.Selection.of(engine.selection, self.sources.reference)
         pool = lanes.clocks[COMPUTE_POOL]

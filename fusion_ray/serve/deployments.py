@@ -168,9 +168,7 @@ class SwapperDeployment:
         self.cfg = settings.engine.in_ray_actor(settings.deployments.swapper.num_gpus > 0)
         budget = settings.deployments.swapper.threads_budget()
         after, until = part_bounds("swap")
-        components: list[Component] = part_components(settings, after, until)
-        if self.cfg.swap.swapper == "inswapper":
-            components.append("embedder")  # the sources' identities
+        components: list[Component] = [*part_components(settings, after, until), *embedding_components(self.cfg)]
         loading = loaded_config(settings).in_ray_actor(settings.deployments.swapper.num_gpus > 0)
         self.models = ModelSet.load(loading, list(dict.fromkeys(components)), cpu_budget=budget)
         self.part = _BatchedPart(self.cfg, self.models, "swap")
@@ -243,6 +241,13 @@ def source_face(models: ModelSet, cfg: EngineConfig, frame: np.ndarray) -> ident
     """A source image's largest face cut for the embedder (and the classic swap), or None."""
     face = identity.largest_face(models.need_detector().detect(frame))
     return identity.cut_source_face(frame, face, cfg) if face is not None else None
+
+
+def embedding_components(cfg: EngineConfig) -> list[Component]:
+    """The model :func:`embed_batch` embeds sources with: the embedder, for a model swapper (the
+    service keeps the embedding even where the swap takes the source as an image). The detector
+    that cuts source faces (:func:`source_face`) is the detect step's."""
+    return ["embedder"] if cfg.swap.swapper == "inswapper" else []
 
 
 def embed_batch(models: ModelSet, cfg: EngineConfig, requests: list[list[identity.SourceFace]]) -> list[dict[str, Any]]:

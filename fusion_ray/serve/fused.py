@@ -35,11 +35,12 @@ from fusion_ray.serve.deployments import (
     _configure_batching,
     _set_wait,
     embed_batch,
+    embedding_components,
     source_face,
 )
 from fusion_ray.serve.live import PreparedStream
 from fusion_ray.serve.metrics import step_seconds
-from fusion_ray.serve.quality import loaded_config, quality_components
+from fusion_ray.serve.quality import loaded_config, part_components
 from fusion_ray.serve.settings import ServeSettings
 from fusion_ray.serve.webrtc import ReplicaWebRtc
 
@@ -54,6 +55,17 @@ default, ``deployments.fused.cpu_budget: 1``): detection runs frame by frame on 
 second batch detects while the first swaps and pastes, instead of one of two cores idling."""
 
 
+def fused_components(settings: ServeSettings) -> list[Component]:
+    """The models a fused replica loads at its start: those of every step of the chain a request
+    may run (:func:`~fusion_ray.serve.quality.part_components` over the whole chain: the
+    landmarker and the mask models of ``limits.mask_models_allowed`` included), less the enhancer
+    where it is not deployed, and the sources' embedder (:func:`~fusion_ray.serve.deployments.embedding_components`)."""
+    components = part_components(settings, None, "paste_enhanced")
+    if not settings.deployments.enhancer_enabled:
+        components = [c for c in components if c != "enhancer"]
+    return list(dict.fromkeys([*components, *embedding_components(settings.engine)]))
+
+
 @serve.deployment(name="Fused")
 class FusedDeployment:
     """Every model of the chain in one replica; whole frames batched across requests and streams."""
@@ -63,14 +75,8 @@ class FusedDeployment:
         self.cfg = settings.engine.in_ray_actor(dep.num_gpus > 0)
         budget = dep.threads_budget()
         cv2.setNumThreads(max(1, math.ceil(budget)))
-        components: list[Component] = ["detector", *quality_components(settings)]
-        if self.cfg.swap.swapper == "inswapper":
-            components += ["swapper", "embedder"]
-        if settings.deployments.enhancer_enabled:
-            components.append("enhancer")
-        # The landmarker and the mask models requests may ask for (limits.mask_models_allowed), loaded now.
         loading = loaded_config(settings).in_ray_actor(dep.num_gpus > 0)
-        self.models = ModelSet.load(loading, components, cpu_budget=budget)
+        self.models = ModelSet.load(loading, fused_components(settings), cpu_budget=budget)
         self.chain = FrameChain(self.cfg, self.models)
         _configure_batching(self._process_batched, settings.batching.frames)  # type: ignore[misc]
         _configure_batching(self._embed_batched, settings.batching.embed)

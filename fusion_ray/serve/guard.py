@@ -70,6 +70,8 @@ class GuardConfig:
     """Monitoring requests passed upstream at once, on top of ``max_requests``."""
     retry_after_s: int = 1
     route_prefix: str = "/"
+    write_timeout_s: float = 30.0
+    """A client that reads nothing of its answer for this long is disconnected (its place freed)."""
 
     def is_monitoring(self, path: str) -> bool:
         return path in {self.route_prefix.rstrip("/") + ops for ops in OPS_PATHS}
@@ -123,31 +125,43 @@ def answer(status: int, reason: str, code: str, detail: str, retry_after_s: int 
 
 
 async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                on_data: Callable[[], None] | None = None) -> None:
-    """Bytes from ``reader`` to ``writer`` until EOF, then half-close ``writer``; ``on_data`` is
-    called before each chunk is written."""
+                on_data: Callable[[], None] | None = None, write_timeout_s: float | None = None,
+                eof_when_empty: bool = True) -> None:
+    """Bytes from ``reader`` to ``writer`` until EOF, then half-close ``writer`` (not when nothing
+    was copied and ``eof_when_empty`` is false: the caller answers instead); ``on_data`` is called
+    before each chunk is written. A writer that takes no chunk for ``write_timeout_s`` (a client
+    that stopped reading) ends the copy."""
+    copied = False
     try:
         while data := await reader.read(1 << 16):
             if on_data is not None:
                 on_data()
+            copied = True
             writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
+            await asyncio.wait_for(writer.drain(), write_timeout_s)
+        if (copied or eof_when_empty) and writer.can_write_eof():
             writer.write_eof()
-    except (ConnectionError, OSError):
+    except (ConnectionError, OSError, TimeoutError):
         pass
 
 
 class _Forwarded:
-    """One request passed upstream: whether its answer has begun, and its handler's task."""
+    """One request passed upstream: whether its answer has begun, whether the stop refused it,
+    and its connection to the upstream (closed by the stop)."""
 
-    def __init__(self, task: asyncio.Task[Any] | None) -> None:
-        self.task = task
+    def __init__(self) -> None:
         self.answered = False
         self.refused = False
+        self.upstream: asyncio.StreamWriter | None = None
 
     def mark_answered(self) -> None:
         self.answered = True
+
+    def end(self) -> None:
+        """The stop: close the upstream connection; an answer not begun becomes the guard's 503."""
+        self.refused = not self.answered
+        if self.upstream is not None:
+            self.upstream.transport.abort()
 
 
 class HeaderGuard:
@@ -184,7 +198,8 @@ class HeaderGuard:
 
     def refuse_waiting(self, timeout_s: float = 1.0) -> None:
         """Answer every request in flight whose answer has not begun with a JSON 503
-        ``shutting_down`` (before the application that would answer it goes)."""
+        ``shutting_down``, and close those whose answer has (a long stream), before the
+        application that would answer them goes."""
         loop = self._loop
         if loop is None or loop.is_closed():
             return
@@ -192,9 +207,7 @@ class HeaderGuard:
 
         def cancel() -> None:
             for forwarded in list(self._forwarded):
-                if not forwarded.answered and forwarded.task is not None:
-                    forwarded.refused = True
-                    forwarded.task.cancel()
+                forwarded.end()  # answered ones are closed: the application is going
             done.set()
 
         loop.call_soon_threadsafe(cancel)
@@ -217,7 +230,7 @@ class HeaderGuard:
             if self.cfg.is_monitoring(head.path):
                 await self._ops_request(head, reader, writer)
             else:
-                await self._request(head, reader, writer, task)
+                await self._request(head, reader, writer)
         except (ConnectionError, OSError) as exc:
             log.debug("guard: connection from %s ended: %s", client, exc)
         finally:
@@ -233,12 +246,12 @@ class HeaderGuard:
             return
         self._ops += 1
         try:
-            await self._forward(head, reader, writer, None)
+            await self._forward(head, reader, writer, _Forwarded())
         finally:
             self._ops -= 1
 
-    async def _request(self, head: RequestHead, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                       task: asyncio.Task[Any] | None) -> None:
+    async def _request(self, head: RequestHead, reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter) -> None:
         if self.draining:
             await self._refuse(reader, writer, "shutting_down", "the service is stopping")
             return
@@ -246,28 +259,40 @@ class HeaderGuard:
             await self._refuse(reader, writer, "overloaded",
                                f"the service is at its limit of {self.cfg.max_requests} requests at once")
             return
-        forwarded = _Forwarded(task)
+        forwarded = _Forwarded()
         self._forwarded.add(forwarded)
         try:
             await self._forward(head, reader, writer, forwarded)
-        except asyncio.CancelledError:
-            if not forwarded.refused or task is None:
-                raise
-            task.uncancel()  # the stop's cancel is answered here: later awaits are not cancelled
-            await self._refuse(reader, writer, "shutting_down", "the service stopped before answering")
         finally:
             self._forwarded.discard(forwarded)
 
     async def _forward(self, head: RequestHead, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                       forwarded: _Forwarded | None) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
-        up_writer.write(head.data)
-        to_upstream = asyncio.create_task(_copy(reader, up_writer))
-        try:
-            await _copy(up_reader, writer, forwarded.mark_answered if forwarded else None)  # the response has ended
-        finally:
-            to_upstream.cancel()
-            up_writer.close()
+                       forwarded: _Forwarded) -> None:
+        """Pass the request on and copy the answer back; a JSON 503 where none began (the upstream
+        cannot be reached, closed without answering, or the stop ended it)."""
+        connection: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        with contextlib.suppress(OSError):  # Serve's proxy is gone (the stop deleted the application) or not up
+            connection = await asyncio.open_connection(*self.upstream)
+        if connection is not None and forwarded.refused:  # the stop came while connecting
+            connection[1].close()
+        elif connection is not None:
+            up_reader, up_writer = connection
+            forwarded.upstream = up_writer
+            up_writer.write(head.data)
+            to_upstream = asyncio.create_task(_copy(reader, up_writer))
+            try:
+                await _copy(up_reader, writer, forwarded.mark_answered, self.cfg.write_timeout_s,
+                            eof_when_empty=False)  # the response has ended
+            finally:
+                to_upstream.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await to_upstream  # it no longer reads the client: a refusal may drain its body
+                up_writer.close()
+        if not forwarded.answered:
+            stopping = self.draining or forwarded.refused
+            await self._refuse(reader, writer, "shutting_down" if stopping else "unavailable",
+                               "the service stopped before answering" if stopping
+                               else "the service could not be reached")
 
     async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, code: str,
                       detail: str) -> None:

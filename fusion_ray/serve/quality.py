@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fusion_ray.config import EngineConfig
-from fusion_ray.core.modelset import Component, mask_model_names, required_components
-from fusion_ray.core.steps import Chain, Phase
+from fusion_ray.core.modelset import Component, mask_model_names
+from fusion_ray.core.steps import Chain, Phase, required_components
 from fusion_ray.errors import ConfigError
 from fusion_ray.facefusion_options import (
     FaceFusionOptions,

@@ -194,7 +194,8 @@ class ShutdownSettings(_Settings):
         default=10.0, ge=0.0, le=60.0,
         description="Longest wait for in-flight requests and live streams to finish once stopping; live "
         "streams are ended at once (error event shutting_down, close 1001). fusion-ray serve then stops "
-        "Ray: every Ray process is gone within about drain_timeout_s + 5 s of the signal.")
+        "Ray: every Ray process is gone within about 5 s more, and the command exits within drain_timeout_s + 10 s "
+        "whatever hangs.")
     wait_loop_s: float = Field(default=0.2, gt=0.0, le=5.0,
                                description="How often a stopping replica checks that its requests are done.")
 

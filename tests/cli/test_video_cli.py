@@ -182,3 +182,17 @@ def test_an_error_found_while_running_is_printed_once(tmp_path, images_dir, stan
     assert err.count(f"no face found in source image {blank}") == 1, err
     assert err.strip().splitlines()[-1] == f"error: {clip}: no face found in source image {blank}"
     assert not (tmp_path / "out.mp4").exists()
+
+
+def test_the_local_runners_summary_says_which_line_bounds_the_job(tmp_path, images_dir, standin_dir, scrfd_path,
+                                                                    capsys):
+    obama = read_image(images_dir / "obama.jpg").frame
+    clip = make_test_video(tmp_path / "clip.mp4", face_image=obama, n_frames=8, fps=Fraction(25), size_wh=(320, 180),
+                           audio=False)
+    code = main(["swap", "-s", str(images_dir / "biden.jpg"), "-t", str(clip), "-o", str(tmp_path / "out.mp4"),
+                 "--runner", "local", "--models-dir", str(standin_dir), "--model", f"scrfd_2.5g={scrfd_path}",
+                 "--providers", "cpu", "--precision", "detector=fp32", "--no-progress-bars"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    line = next(text for text in err.splitlines() if text.startswith("lines busy: "))
+    assert "track " in line and "compute " in line and "encode " in line and line.endswith("bounds the job"), line

@@ -10,7 +10,6 @@ import pytest
 from fusion_ray.config import EngineConfig, ModelsConfig, RuntimeConfig, SwapConfig
 from fusion_ray.core import identity
 from fusion_ray.core.layout import source_crop_layout
-from fusion_ray.core.modelset import ModelSet
 from fusion_ray.engine import Engine
 from fusion_ray.imageio import read_image
 from fusion_ray.ops.align import align_face
@@ -28,7 +27,7 @@ def _cfg(models_config: ModelsConfig, swapper: str) -> EngineConfig:
 def test_a_crop_fed_row_gets_the_source_crop_of_its_template(rows_models_config, images_dir, name, template,  # type: ignore[no-untyped-def]
                                                              size) -> None:
     cfg = _cfg(rows_models_config, name)
-    engine = Engine(cfg, ModelSet.load(cfg, cpu_budget=1))
+    engine = Engine.load(cfg, cpu_budget=1)
     assert engine.models.embedder is None  # the source is an image: no embedder to load
     source = read_image(images_dir / "biden.jpg").frame
     prepared = engine.prepare_source([source])
@@ -46,11 +45,11 @@ def test_a_crop_fed_row_gets_the_source_crop_of_its_template(rows_models_config,
 def test_an_identity_made_for_another_swapper_fails_its_frame_not_the_batch(rows_models_config, images_dir) -> None:  # type: ignore[no-untyped-def]
     hyperswap = _cfg(rows_models_config, "hyperswap_1a_256")
     assert source_crop_layout(hyperswap) is None
-    embedded = Engine(hyperswap, ModelSet.load(hyperswap, cpu_budget=1)).prepare_source(
+    embedded = Engine.load(hyperswap, cpu_budget=1).prepare_source(
         [read_image(images_dir / "biden.jpg").frame])
     assert embedded.crop is None and embedded.embedding is not None
     blendswap = _cfg(rows_models_config, "blendswap_256")
-    engine = Engine(blendswap, ModelSet.load(blendswap, cpu_budget=1))
+    engine = Engine.load(blendswap, cpu_budget=1)
     with pytest.raises(ValueError, match="blendswap_256 needs a source identity with a arcface_112_v2 crop"):
         engine.backend.check_identity(embedded)
 

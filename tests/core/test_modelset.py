@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from fusion_ray.config import EngineConfig, EnhanceConfig, ModelsConfig, RuntimeConfig
-from fusion_ray.core.modelset import ModelSet, inspect_models, required_components
+from fusion_ray.core.modelset import ModelSet, inspect_models
+from fusion_ray.core.steps import required_components
 from fusion_ray.errors import ConfigError, ModelMissingError
 from fusion_ray.models.spec_models import SpecSwapper
 from tests.models.session_helpers import recording
@@ -67,3 +68,15 @@ def test_a_missing_file_is_one_line_naming_it_and_the_download_command(rows_mode
 def test_unknown_enhancer_names_the_valid_ones(rows_models_config) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ConfigError, match="--face-enhancer-model 'gpen_bfr_4096'.*codeformer.*gpen_bfr_2048"):
         ModelSet.load(_cfg(rows_models_config, enhancer="gpen_bfr_4096"), ["enhancer"])
+
+
+def test_a_model_set_is_a_mapping_by_model_kind_loaded_from_the_rows(rows_models_config) -> None:  # type: ignore[no-untyped-def]
+    from fusion_ray.core.modelset import model_rows
+
+    cfg = _cfg(rows_models_config, "ghost_1_256")
+    assert model_rows(cfg, "swapper") == ("crossface_ghost", "ghost_1_256")  # the converter first
+    models = ModelSet.load(cfg, ["detector", "swapper"])
+    assert set(models) == {"detector", "swapper"} and len(models) == 2
+    assert models["swapper"] is models.need_spec_swapper() and "embedder" not in models
+    assert models.embedder is None and models.inswapper is None
+    assert set(models.info) == {cfg.models.detector, "crossface_ghost", "ghost_1_256"}

@@ -23,7 +23,7 @@ from fusion_ray.core.chain import Selection
 from fusion_ray.core.facebatch import FaceBatch, FrameBatch
 from fusion_ray.core.modelset import ModelSet
 from fusion_ray.core.quality_steps import area_mask_step, landmark_step, mouth_mask_step
-from fusion_ray.core.steps import Chain, Rows, Tools, run_steps
+from fusion_ray.core.steps import Chain, Rows, Tools, required_components, run_steps
 from fusion_ray.engine import Engine
 from fusion_ray.errors import ModelMissingError
 from fusion_ray.imageio import read_image
@@ -205,7 +205,7 @@ def test_without_dlib_a_job_fails_at_planning_naming_the_pip_command(models_conf
     cfg = EngineConfig(models=models_config, runtime=CPU, swap=CLASSIC, landmarker=DLIB)
     monkeypatch.setitem(sys.modules, "dlib", None)  # as if the dlib-bin wheel were not installed
     with pytest.raises(ModelMissingError) as caught:
-        inspect_models(cfg)
+        inspect_models(cfg, required_components(cfg))
     assert "\n" not in str(caught.value) and "pip install 'fusion-ray[landmarks]'" in str(caught.value)
     with pytest.raises(ModelMissingError, match="dlib-bin"):
         ModelSet.load(cfg, ["landmarker"])

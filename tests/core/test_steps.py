@@ -147,3 +147,22 @@ def test_an_added_mask_step_reaches_the_fused_serve_placement(setup, with_shut_s
     engine = Engine(cfg.model_copy(update={"enhance": EnhanceConfig(enabled=True, blend=1.0)}), fused.models)
     assert "shut" in engine.chain.names  # the engine's chain with the same step and enhancement
     assert np.array_equal(enhanced.frame, engine.process_frame(frame, identity).frame)
+
+
+def test_steps_are_written_in_run_order():
+    """STEPS reads as the chain runs: ordering by phase moves no step."""
+    phases = [steps.PHASES.index(s.phase) for s in steps.STEPS]
+    assert phases == sorted(phases)
+    every = EngineConfig(enhance=EnhanceConfig(enabled=True))
+    assert Chain.of(every).names == [s.name for s in steps.STEPS if s.enabled(every)]
+
+
+def test_the_models_a_config_needs_come_from_its_steps(monkeypatch):
+    """A step's model kind reaches what a config loads with no other module told."""
+    cfg = EngineConfig()
+    assert steps.required_components(cfg) == {"detector", "embedder", "swapper"}  # the source is embedded
+    assert steps.required_components(EngineConfig(swap=SwapConfig(swapper="classic"))) == {"detector", "swapper"}
+    parsing = Step("parse", "swapped_mask", _shut, ("crops",), ("masks",), model="parser", wants_gpu=True)
+    monkeypatch.setattr(steps, "STEPS", (*steps.STEPS, parsing))
+    assert "parser" in steps.required_components(cfg)
+    assert Chain.of(cfg).components(cfg) == ["detector", "swapper", "parser"]

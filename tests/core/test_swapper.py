@@ -76,7 +76,7 @@ def test_a_boosted_frame_swaps_through_the_chain(models_config, images_dir) -> N
     frame = read_image(images_dir / "obama_and_biden.jpg").frame
     results = []
     for boost in (None, 256):
-        engine = Engine(_cfg(models_config, boost), ModelSet.load(_cfg(models_config, boost), cpu_budget=1))
+        engine = Engine.load(_cfg(models_config, boost), cpu_budget=1)
         identity = engine.prepare_source([read_image(images_dir / "biden.jpg").frame])
         result = engine.process_frame(frame, identity)
         assert result.faces_swapped == 3
@@ -128,7 +128,7 @@ def _row_cfg(models_config: ModelsConfig, name: str, *, boost: int | None = None
 
 def _row_engine(models_config: ModelsConfig, name: str, **kwargs: Any) -> Engine:
     cfg = _row_cfg(models_config, name, **kwargs)
-    return Engine(cfg, ModelSet.load(cfg, cpu_budget=1))
+    return Engine.load(cfg, cpu_budget=1)
 
 
 @pytest.mark.parametrize("name", sorted(ROW_CROPS))

@@ -40,3 +40,18 @@ def test_the_fused_deployment_loads_the_allowed_mask_models_and_runs_each_frames
         engine = Engine(configured(fused.cfg, job.request.options), fused.models)
         assert result.error == "" and np.array_equal(result.frame, engine.process_frame(frame, identity).frame)
     assert not np.array_equal(done[0].frame, done[1].frame) and np.array_equal(done[0].frame, done[2].frame)
+
+
+def test_a_fused_replica_loads_the_models_of_every_step_a_request_may_run(monkeypatch):
+    """Derived from the chain's steps: a step added with its model reaches the replica untold."""
+    from fusion_ray.core import steps
+    from fusion_ray.serve.fused import fused_components
+
+    settings = ServeSettings.model_validate({"deployments": {"enhancer_enabled": False}})
+    assert set(fused_components(settings)) == {"detector", "embedder", "swapper"}
+    enhancing = ServeSettings.model_validate({"limits": {"mask_models_allowed": ["region"]}})
+    assert set(fused_components(enhancing)) == {"detector", "embedder", "swapper", "enhancer", "parser"}
+    parsing = steps.Step("parse", "swapped_mask", lambda tools, rows, batch: batch, ("crops",), ("masks",),
+                         model="occluder", wants_gpu=True)
+    monkeypatch.setattr(steps, "STEPS", (*steps.STEPS, parsing))
+    assert "occluder" in fused_components(settings)

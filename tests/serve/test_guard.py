@@ -240,3 +240,89 @@ def test_a_stopping_guard_refuses_new_requests_and_answers_those_left_waiting():
     assert guard.in_flight() == 0
     upstream.hold.clear()
     upstream.server.close()
+
+
+def test_an_unreachable_upstream_is_a_json_503_and_a_reader_that_stops_frees_its_place():
+    """Serve's proxy gone (port 9: nothing listens): a JSON 503 ``unavailable``, not a silent close.
+    A client that never reads a large answer is disconnected after write_timeout_s, and its place
+    is free again."""
+    import socket
+    import threading
+    import time
+
+    from fusion_ray.serve.guard import GuardConfig, HeaderGuard, start_guard
+    from tests.procs import free_port
+
+    port = free_port()
+    start_guard(HeaderGuard(("127.0.0.1", 9), GuardConfig()), "127.0.0.1", port)
+    reply = _get(port, "/v1/swap")
+    assert reply.startswith(b"HTTP/1.1 503") and _json_error(reply) == "unavailable"
+
+    big = socket.create_server(("127.0.0.1", 0))
+
+    def flood() -> None:
+        conn, _ = big.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 67108864\r\n\r\n")
+            with contextlib.suppress(OSError):
+                while True:
+                    conn.sendall(b"x" * (1 << 20))
+
+    import contextlib
+
+    threading.Thread(target=flood, daemon=True).start()
+    port = free_port()
+    guard = HeaderGuard(big.getsockname(), GuardConfig(write_timeout_s=0.5))
+    start_guard(guard, "127.0.0.1", port)
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.connect(("127.0.0.1", port))
+    client.sendall(b"GET /v1/big HTTP/1.1\r\nHost: x\r\n\r\n")  # and never reads
+    deadline = time.monotonic() + 10
+    while guard.in_flight() < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert guard.in_flight() == 1
+    assert guard.wait_idle(10.0), "the stalled reader still holds its place"
+    client.close()
+    big.close()
+
+
+def test_the_stop_closes_a_request_whose_answer_has_begun():
+    """refuse_waiting(): a long answer already under way (a stream) is closed, not left open past
+    the stop; the client keeps what it got."""
+    import socket
+    import threading
+    import time
+
+    from fusion_ray.serve.guard import GuardConfig, HeaderGuard, start_guard
+    from tests.procs import free_port
+
+    upstream = socket.create_server(("127.0.0.1", 0))
+    release = threading.Event()
+
+    def stream() -> None:
+        conn, _ = upstream.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n")
+            release.wait(20)
+
+    threading.Thread(target=stream, daemon=True).start()
+    port = free_port()
+    guard = HeaderGuard(upstream.getsockname(), GuardConfig())
+    start_guard(guard, "127.0.0.1", port)
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as client:
+        client.sendall(b"GET /v1/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = b""
+        while b"hello" not in got:
+            got += client.recv(4096)
+        guard.drain()
+        started = time.monotonic()
+        guard.refuse_waiting()
+        while chunk := client.recv(4096):
+            got += chunk
+        assert time.monotonic() - started < 5 and guard.in_flight() == 0
+    assert got.startswith(b"HTTP/1.1 200") and b"503" not in got
+    release.set()
+    upstream.close()
