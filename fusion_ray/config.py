@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fusion_ray.core.tracking_config import TrackingConfig
 from fusion_ray.errors import ConfigError
-from fusion_ray.types import SelectMode
+from fusion_ray.types import DetectorAngle, FaceSelectorOrder, Gender, Race, SelectMode
 
 
 class _Config(BaseModel):
@@ -95,6 +95,10 @@ class DetectorConfig(_Config):
     score_threshold: float = Field(default=0.5, gt=0.0, lt=1.0)
     nms_iou: float = Field(default=0.4, gt=0.0, lt=1.0)
     max_faces: int = Field(default=32, ge=1, description="Keep at most this many faces per frame (highest scores).")
+    angles: tuple[DetectorAngle, ...] = Field(
+        default=(0,), min_length=1, description="FaceFusion's --face-detector-angles: the frame is searched "
+        "turned by each of these angles (degrees counter-clockwise) and the faces found are mapped back and "
+        "merged; (0,): the frame as it is.")
 
     @model_validator(mode="after")
     def _size_multiple_of_32(self) -> DetectorConfig:
@@ -110,6 +114,21 @@ class SelectionConfig(_Config):
     index: int = Field(default=0, ge=0, description="Face index in reading order for mode 'index'.")
     reference_path: Path | None = Field(default=None, description="Image of the face to swap, for mode 'reference'.")
     max_distance: float = Field(default=0.6, gt=0.0, le=2.0, description="Cosine distance limit for 'reference'.")
+    order: FaceSelectorOrder | None = Field(
+        default=None, description="FaceFusion's --face-selector-order: the order modes 'all', 'index' and "
+        "'reference' put the faces in; None: reading order (left to right, then top to bottom).")
+    gender: Gender | None = Field(default=None, description="FaceFusion's --face-selector-gender: only faces "
+                                  "the fairface classifier calls so (None: any).")
+    race: Race | None = Field(default=None, description="FaceFusion's --face-selector-race (None: any).")
+    age_start: int | None = Field(default=None, ge=0, le=100, description="FaceFusion's --face-selector-age-start: "
+                                  "only faces whose age range meets [age_start, age_end) (None: 0).")
+    age_end: int | None = Field(default=None, ge=0, le=100, description="FaceFusion's --face-selector-age-end "
+                                "(None: 100).")
+
+    @property
+    def classifies(self) -> bool:
+        """Whether the selection filters by the face classifier's answers (gender, race or age)."""
+        return any(v is not None for v in (self.gender, self.race, self.age_start, self.age_end))
 
     @model_validator(mode="after")
     def _reference_needs_path(self) -> SelectionConfig:
@@ -197,6 +216,12 @@ class EngineConfig(_Config):
     tracking: TrackingConfig = Field(
         default=TrackingConfig(), description="Face tracking through videos (Ray Data jobs); images never "
         "track. 'on' / 'off' (or true / false) stand for the defaults with tracking enabled or not.")
+
+    @property
+    def tracks_faces(self) -> bool:
+        """Whether videos are tracked: tracking is on and the selection does not filter by the face
+        classifier (the tracked read does not classify: such videos detect every frame)."""
+        return self.tracking.enabled and not self.selection.classifies
 
     @field_validator("tracking", mode="before")
     @classmethod

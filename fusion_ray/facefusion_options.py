@@ -107,10 +107,15 @@ def _words(value: Any) -> Any:
     """A list option as one text (a form field, FaceFusion's command line: ``"box area"``, or
     ``"box,area"``) split into its words; other values as they are."""
     if isinstance(value, str):
-        return value.replace(",", " ").split()
+        return [_number(word) for word in value.replace(",", " ").split()]
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return [word for v in value for word in v.replace(",", " ").split()]
+        return [_number(word) for v in value for word in v.replace(",", " ").split()]
     return value
+
+
+def _number(word: str) -> Any:
+    """A word of digits as its number (the angles' choices are numbers), any other as it is."""
+    return int(word) if word.isdigit() else word
 
 
 def _description(option: Option) -> str:

@@ -22,6 +22,7 @@ from fusion_ray.config import LandmarkerConfig, MaskArea, MaskConfig, MaskRegion
 from fusion_ray.errors import ConfigError
 from fusion_ray.models.registry import chosen_spec, names_of_kind
 from fusion_ray.models.spec import ModelKind
+from fusion_ray.types import DetectorAngle, FaceSelectorOrder, Gender, Race
 
 PixelBoost = Literal["128x128", "256x256", "384x384", "512x512", "768x768", "1024x1024"]
 PIXEL_BOOSTS: tuple[PixelBoost, ...] = get_args(PixelBoost)
@@ -167,6 +168,18 @@ OPTIONS: tuple[Option, ...] = (
            "one (codeformer has one)", "0.5", bounds=(0.0, 1.0)),
     Option("mouth_mask", "masks.mouth_mask", bool, "keep the target's own mouth over the swap (needs a 68-point "
            "landmarker)"),
+    Option("face_selector_order", "selection.order", FaceSelectorOrder, "the order the selection puts the faces "
+           "in: by the box's left or top edge, its area, or the detector's score", "reading order"),
+    Option("face_selector_gender", "selection.gender", Gender, "only faces of this gender (runs the fairface "
+           "classifier)"),
+    Option("face_selector_race", "selection.race", Race, "only faces of this race (runs the fairface classifier)"),
+    Option("face_selector_age_start", "selection.age_start", int, "only faces whose age range reaches this age "
+           "or older (runs the fairface classifier)", "0", bounds=(0, 100)),
+    Option("face_selector_age_end", "selection.age_end", int, "only faces whose age range starts before this "
+           "age (runs the fairface classifier)", "100", bounds=(0, 100)),
+    Option("face_detector_angles", "detector.angles", DetectorAngle, "also search the frame turned by these "
+           "angles (degrees counter-clockwise); the faces are mapped back and merged", "0", count=(1, 4),
+           metavar="ANGLE", convert=lambda value: {"detector.angles": tuple(int(v) for v in value)}),
 )
 """The options in the order they are applied (the enhancer's blend after its model)."""
 

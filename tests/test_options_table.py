@@ -38,6 +38,8 @@ EXAMPLES: dict[str, Any] = {
     "face_parser_model": "bisenet_resnet_18", "face_landmarker_model": "2dfan4", "face_landmarker_score": 0.7,
     "face_swapper_model": "inswapper_128_fp16", "face_swapper_pixel_boost": "256x256", "face_swapper_weight": 0.3,
     "face_enhancer_model": "codeformer", "face_enhancer_blend": 60, "face_enhancer_weight": 0.7, "mouth_mask": True,
+    "face_selector_order": "large-small", "face_detector_angles": [0, 90], "face_selector_gender": "female",
+    "face_selector_race": "asian", "face_selector_age_start": 20, "face_selector_age_end": 40,
 }
 """A value of every option other than its default, all of them usable together."""
 

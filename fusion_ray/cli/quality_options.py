@@ -32,8 +32,9 @@ def flag_arguments(option: Option) -> dict[str, Any]:
     default = f" (default: {option.default})" if option.default else ""
     choices = option.choices
     if option.many and choices:
-        return {"nargs": "+", "choices": choices, "metavar": option.metavar,
-                "help": f"{option.help}: {', '.join(choices)}{default}"}
+        numbers = {"type": int} if isinstance(choices[0], int) else {}  # FaceFusion's angles
+        return {"nargs": "+", "choices": choices, "metavar": option.metavar, **numbers,
+                "help": f"{option.help}: {', '.join(map(str, choices))}{default}"}
     if option.value is bool:
         return {"action": "store_true", "default": None, "help": option.help}
     if option.many:

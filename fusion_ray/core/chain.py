@@ -25,9 +25,11 @@ from fusion_ray.core.facebatch import FaceBatch
 from fusion_ray.core.layout import CropLayout, align_crops, paste_crops
 from fusion_ray.core.swapper import SwapBackend
 from fusion_ray.errors import is_fatal
-from fusion_ray.models.detector import ScrfdDetector
+from fusion_ray.models.detector import ScrfdDetector, nms
 from fusion_ray.models.embedder import ArcFaceEmbedder
 from fusion_ray.models.enhancer import SpecEnhancer
+from fusion_ray.models.face_classifier import FairFaceClassifier, kept_by_attributes
+from fusion_ray.ops.rotate import map_boxes, map_points, merge_iou, turn_frame
 from fusion_ray.ops.select import select_faces
 from fusion_ray.types import Embedding, Face, Frame, SourceIdentity, check_frame
 
@@ -43,24 +45,38 @@ class Selection:
     index: int = 0
     reference: Embedding | None = None
     max_distance: float = 0.6
+    order: str | None = None
+    """FaceFusion's ``--face-selector-order`` (None: reading order)."""
+    gender: str | None = None
+    race: str | None = None
+    age_start: int | None = None
+    age_end: int | None = None
+    """FaceFusion's classifier filters (``--face-selector-gender``, ``-race``, ``-age-start``, ``-age-end``)."""
 
     @classmethod
     def of(cls, cfg: SelectionConfig, reference: Embedding | None = None) -> Selection:
-        return cls(cfg.mode, cfg.index, reference, cfg.max_distance)
+        return cls(cfg.mode, cfg.index, reference, cfg.max_distance, cfg.order, cfg.gender, cfg.race,
+                   cfg.age_start, cfg.age_end)
+
+    @property
+    def classifies(self) -> bool:
+        """Whether the faces are filtered by the classifier's answers before they are chosen."""
+        return any(v is not None for v in (self.gender, self.race, self.age_start, self.age_end))
 
     @classmethod
     def asked(cls, mode: str | None, index: int | None, cfg: SelectionConfig,
               reference: Embedding | None = None) -> Selection:
         """A request's or stream's mode and index, each the configured one where it gives none
         (ValueError: mode reference without the reference face's embedding)."""
-        chosen = cls(mode or cfg.mode, index if index is not None else cfg.index, reference, cfg.max_distance)
+        chosen = cls(mode or cfg.mode, index if index is not None else cfg.index, reference, cfg.max_distance,
+                     cfg.order, cfg.gender, cfg.race, cfg.age_start, cfg.age_end)
         if chosen.mode == "reference" and reference is None:
             raise ValueError("select reference needs a reference face (engine.selection.reference_path)")
         return chosen
 
     def choose(self, faces: Sequence[Face]) -> list[Face]:
         return select_faces(faces, self.mode, index=self.index, reference=self.reference,
-                            max_distance=self.max_distance)
+                            max_distance=self.max_distance, order=self.order)
 
 
 def guarded(errors: list[str], row: int, stage: str, call: Callable[[], T], fallback: T) -> T:
@@ -76,27 +92,60 @@ def guarded(errors: list[str], row: int, stage: str, call: Callable[[], T], fall
 
 
 def detect_faces(detector: ScrfdDetector, frames: Sequence[Frame], errors: list[str], rows: Sequence[int],
-                 selections: Sequence[Selection], *, embedder: ArcFaceEmbedder | None = None
+                 selections: Sequence[Selection], *, embedder: ArcFaceEmbedder | None = None,
+                 classifier: FairFaceClassifier | None = None, angles: Sequence[int] | None = None
                  ) -> dict[int, list[Face]]:
     """Every face of each healthy frame among ``rows`` (embedded where its selection is by
-    reference); a frame that fails is marked in ``errors`` and has none."""
+    reference; only those the classifier's answers keep where its selection filters by them, as
+    FaceFusion filters before it chooses); a frame that fails is marked in ``errors`` and has none.
+    ``angles``: the detector angles (None: the detector's configured ones)."""
     found: dict[int, list[Face]] = {}
     for row in rows:
         if errors[row]:
             continue
-        one = partial(_detect_all, detector, embedder, frames[row], selections[row])
+        one = partial(_detect_all, detector, embedder, frames[row], selections[row], classifier,
+                      detector.cfg.angles if angles is None else angles)
         found[row] = guarded(errors, row, "detect", one, [])
     return found
 
 
 def _detect_all(detector: ScrfdDetector, embedder: ArcFaceEmbedder | None, frame: Frame,
-                selection: Selection) -> list[Face]:
-    faces = detector.detect(check_frame(np.asarray(frame)))
+                selection: Selection, classifier: FairFaceClassifier | None, angles: Sequence[int]) -> list[Face]:
+    faces = detect_turned(detector, check_frame(np.asarray(frame)), angles)
+    if faces and selection.classifies:
+        if classifier is None:
+            raise ValueError("selection by gender, race or age needs the face classifier")
+        attributes = classifier.classify_faces(frame, [face.landmarks_5 for face in faces])
+        kept = kept_by_attributes(attributes, gender=selection.gender, race=selection.race,
+                                  age_start=selection.age_start, age_end=selection.age_end)
+        faces = [faces[i] for i in kept]
     if faces and selection.mode == "reference":
         if embedder is None:
             raise ValueError("reference selection needs the embedder")
         faces = identity.embed_faces(embedder, frame, faces)
     return faces
+
+
+def detect_turned(detector: ScrfdDetector, frame: Frame, angles: Sequence[int]) -> list[Face]:
+    """The faces of ``frame`` found on it turned by each of ``angles`` (FaceFusion's
+    ``--face-detector-angles``), mapped back onto it and merged: by descending score, a face
+    overlapping a better one by more than :func:`~fusion_ray.ops.rotate.merge_iou` dropped.
+    ``(0,)``: :meth:`ScrfdDetector.detect` on the frame as it is."""
+    if tuple(angles) == (0,):
+        return detector.detect(frame)
+    height, width = frame.shape[:2]
+    found: list[Face] = []
+    for angle in dict.fromkeys(angles):
+        turned, back = turn_frame(frame, angle)
+        for face in detector.detect(turned):
+            box = np.clip(map_boxes(face.bbox_xyxy, back)[0], 0, [width, height, width, height])
+            found.append(Face(box, map_points(face.landmarks_5, back), face.score))
+    if len(set(angles)) < 2 or not found:
+        return found
+    boxes = np.asarray([f.bbox_xyxy for f in found], np.float32)
+    scores = np.asarray([f.score for f in found], np.float32)
+    keep = nms(boxes, scores, merge_iou(len(set(angles))))[: detector.cfg.max_faces]
+    return [found[int(i)] for i in keep]
 
 
 def select(found: Mapping[int, Sequence[Face]], selections: Sequence[Selection], errors: list[str]

@@ -21,6 +21,7 @@ from fusion_ray.errors import FusionRayError
 from fusion_ray.models.detector import ScrfdDetector
 from fusion_ray.models.embedder import ArcFaceEmbedder
 from fusion_ray.models.enhancer import SpecEnhancer
+from fusion_ray.models.face_classifier import FAIRFACE, FairFaceClassifier
 from fusion_ray.models.fp16 import fp16_copy
 from fusion_ray.models.landmarker import (
     Dlib68Landmarker,
@@ -44,9 +45,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Component = Literal["detector", "embedder", "swapper", "enhancer", "landmarker", "occluder", "parser"]
+Component = Literal["detector", "embedder", "swapper", "enhancer", "landmarker", "occluder", "parser",
+                    "classifier"]
 ALL_COMPONENTS: tuple[Component, ...] = ("detector", "embedder", "swapper", "enhancer", "landmarker", "occluder",
-                                         "parser")
+                                         "parser", "classifier")
 ModelT = TypeVar("ModelT")
 
 
@@ -77,7 +79,7 @@ class ModelInfo:
 
 
 LoadedModel = (ScrfdDetector | ArcFaceEmbedder | InswapperSwapper | SpecSwapper | SpecEnhancer | Dlib68Landmarker
-               | Fan68Landmarker | XsegOccluder | BisenetParser)
+               | Fan68Landmarker | XsegOccluder | BisenetParser | FairFaceClassifier)
 """What a :class:`ModelSet` holds under a model kind."""
 
 
@@ -97,6 +99,8 @@ def model_rows(cfg: EngineConfig, component: Component) -> tuple[str, ...]:
         return tuple(name for name in (spec.converter, spec.name) if name is not None)
     if component == "enhancer":
         return (enhancer_spec(cfg).name,)
+    if component == "classifier":  # selection by gender, race or age
+        return (FAIRFACE.name,)
     return tuple(name for kind, name in mask_model_names(cfg).items() if kind == component)
 
 
@@ -120,6 +124,8 @@ def _wrap(opened: _Opened, spec: ModelSpec, cfg: EngineConfig,
         return Fan68Landmarker(session, spec)
     if spec.kind == "occluder":
         return XsegOccluder(session, spec)
+    if spec.kind == "classifier":
+        return FairFaceClassifier(session, spec)
     return BisenetParser(session, spec)
 
 
@@ -221,6 +227,10 @@ class ModelSet(Mapping[Component, LoadedModel]):
     @property
     def parser(self) -> BisenetParser | None:
         return self._of("parser", BisenetParser)
+
+    @property
+    def classifier(self) -> FairFaceClassifier | None:
+        return self._of("classifier", FairFaceClassifier)
 
     def need_detector(self) -> ScrfdDetector:
         return _needed(self.detector, "detector")

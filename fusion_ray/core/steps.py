@@ -159,7 +159,8 @@ def detect_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
     for size in dict.fromkeys(rows.canvas(r) for r in todo):  # each detector canvas once
         found.update(chain.detect_faces(tools.detector(size), batch.frames, batch.errors,
                                         [r for r in todo if rows.canvas(r) == size], rows.selections,
-                                        embedder=tools.models.embedder))
+                                        embedder=tools.models.embedder, classifier=tools.models.classifier,
+                                        angles=tools.cfg.detector.angles))
     detected = np.zeros(len(batch.frames), np.int32)
     if rows.given is not None and rows.given_found is not None:
         detected = np.where(rows.given, np.asarray(rows.given_found, np.int32), 0).astype(np.int32)
@@ -265,8 +266,9 @@ def _weighting(cfg: EngineConfig) -> bool:
 
 
 def _reference_embeds(cfg: EngineConfig) -> tuple[Component, ...]:
-    """Detection by reference embeds every face it finds."""
-    return ("embedder",) if cfg.selection.mode == "reference" else ()
+    """Detection by reference embeds every face it finds; by gender, race or age it classifies them."""
+    embeds: tuple[Component, ...] = ("embedder",) if cfg.selection.mode == "reference" else ()
+    return (*embeds, "classifier") if cfg.selection.classifies else embeds
 
 
 STEPS: tuple[Step, ...] = (

@@ -32,7 +32,7 @@ class TrackSelection:
     """Sticky selection over one shot's frames (in order). ``choose`` once per frame."""
 
     def __init__(self, mode: str, *, index: int = 0, reference: Embedding | None = None,
-                 max_distance: float = 0.6) -> None:
+                 max_distance: float = 0.6, order: str | None = None) -> None:
         if mode not in SELECT_MODES:
             raise ValueError(f"unknown selection mode {mode!r}; expected one of {', '.join(SELECT_MODES)}")
         if mode == "reference" and reference is None:
@@ -43,6 +43,8 @@ class TrackSelection:
         self.index = index
         self.reference = reference
         self.max_distance = max_distance
+        self.order = order
+        """FaceFusion's ``--face-selector-order`` (None: reading order)."""
         self.chosen: int | None = None
         self._decided: dict[int, bool] = {}
 
@@ -56,7 +58,7 @@ class TrackSelection:
         """
         ids = faces.track_id
         if self.mode == "all":
-            return np.isin(np.arange(len(faces)), select_indices(faces.bbox_xyxy, "all"))
+            return np.ones(len(faces), bool)
         if self.mode == "reference":
             return self._reference(faces, embeddings or {})
         if self.chosen is not None and live is not None and self.chosen not in live:
@@ -67,7 +69,7 @@ class TrackSelection:
 
     def _pick(self, faces: FrameFaces) -> int | None:
         """The track of the face :func:`select_indices` picks on this frame (largest or index)."""
-        chosen = select_indices(faces.bbox_xyxy, self.mode, index=self.index)
+        chosen = select_indices(faces.bbox_xyxy, self.mode, index=self.index, order=self.order, scores=faces.score)
         return int(faces.track_id[chosen[0]]) if chosen else None
 
     def _reference(self, faces: FrameFaces, embeddings: Mapping[int, Embedding]) -> BoolArray:

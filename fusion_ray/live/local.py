@@ -79,7 +79,8 @@ class EngineBackend:
         except ConfigError as exc:
             raise StreamRefused(CLOSE_UNSUPPORTED, "invalid_option", str(exc)) from exc
         models = self.engine.models
-        missing = [c for c in ("landmarker", "occluder", "parser") if c in needed and getattr(models, c) is None]
+        missing = [c for c in ("landmarker", "occluder", "parser", "classifier")
+                   if c in needed and getattr(models, c) is None]
         if missing:
             raise StreamRefused(CLOSE_UNSUPPORTED, "invalid_option",
                                 f"the options need models this server did not load: {', '.join(missing)}")
@@ -99,8 +100,8 @@ class EngineStreamProcessor:
         self.identity = identity
         self.start = start
         self.options = start.facefusion
-        self.selection = chain.Selection.asked(start.select, start.face_index, self.engine.cfg.selection,
-                                               backend.reference)
+        self.selection = chain.Selection.asked(start.select, start.face_index,
+                                               configured(self.engine.cfg, self.options).selection, backend.reference)
         self.costly = is_costly(configured(self.engine.cfg, self.options))
         self.light = without_costly(self.options, self.engine.cfg)
         blend = start.enhancer_blend

@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from fusion_ray.errors import ConfigError, ModelError
+from fusion_ray.models.face_classifier import CLASSIFIER_SPECS
 from fusion_ray.models.registry_quality import QUALITY_SPECS
 from fusion_ray.models.registry_rows import ASSETS, facefusion_row
 from fusion_ray.models.registry_swappers import ENHANCER_SPECS, SWAPPER_SPECS
@@ -76,7 +77,7 @@ _SPECS: tuple[ModelSpec, ...] = (
         output_range=(-1.0, 1.0)),
 )
 
-_OPTIONAL: tuple[ModelSpec, ...] = (*QUALITY_SPECS, *SWAPPER_SPECS, *ENHANCER_SPECS)
+_OPTIONAL: tuple[ModelSpec, ...] = (*QUALITY_SPECS, *SWAPPER_SPECS, *ENHANCER_SPECS, *CLASSIFIER_SPECS)
 _BY_NAME: Mapping[str, ModelSpec] = MappingProxyType({spec.name: spec for spec in (*_SPECS, *_OPTIONAL)})
 
 

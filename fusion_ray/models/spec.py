@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 ModelKind = Literal["detector", "embedder", "swapper", "enhancer", "landmarker", "occluder", "parser",
-                    "converter"]
+                    "converter", "classifier"]
 TemplateName = Literal["arcface_112_v1", "arcface_112_v2", "arcface_128", "ffhq_512", "mtcnn_512"]
 ColorOrder = Literal["RGB", "BGR"]
 Layout = Literal["NCHW", "NHWC"]

@@ -35,7 +35,7 @@ from fusion_ray.models.standins_models import build_from_spec
 
 _FIXED_GRAPHS: tuple[str, ...] = ("2dfan4", "xseg_1", "xseg_2", "xseg_3", "bisenet_resnet_18", "bisenet_resnet_34")
 QUALITY_STANDIN_NAMES: tuple[str, ...] = (
-    *_FIXED_GRAPHS, *(s.name for s in (*SWAPPER_SPECS, *ENHANCER_SPECS)))
+    *_FIXED_GRAPHS, *(s.name for s in (*SWAPPER_SPECS, *ENHANCER_SPECS)), "fairface")
 
 _EYE = (0.08, 0.03)
 _MOUTH_OUTER = (0.18, 0.07)
@@ -157,6 +157,10 @@ def make_quality_standin(name: str, *, variant: str = "light", seed: int = 0) ->
 
     if variant != "light":
         raise ModelError(f"{name}: only a 'light' stand-in exists, got variant {variant!r}")
+    if name == "fairface":  # the face classifier capability builds its own
+        from fusion_ray.models.face_classifier import make_fairface_standin
+
+        return make_fairface_standin(seed)
     if name == "2dfan4":
         graph, inputs, outputs = _build_2dfan4()
     elif name.startswith("xseg_") and name in QUALITY_STANDIN_NAMES:

@@ -110,7 +110,7 @@ class GroupRun(GroupBook):
         fused = [FUSED_POOL] if pipeline.fused(gpus_available) else []
         # Videos are tracked in their decode tasks (one per segment), with the detector's threads.
         tracking = (TrackedRead(engine.in_ray_actor(False), sources.reference, pipeline.detect.cpu_budget)
-                    if engine.tracking.enabled and self.may_have(ItemKind.VIDEO) else None)
+                    if engine.tracks_faces and self.may_have(ItemKind.VIDEO) else None)
         reads = [READ_STAGE] if tracking is not None else []
         self.report.track_stages([*reads, *stage_names(engine), "encode", *fused])
         images = self.may_have(ItemKind.IMAGE)

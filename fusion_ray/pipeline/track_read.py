@@ -110,7 +110,7 @@ class SegmentReader:
         self.detector = TrackingDetector(models.need_detector(), cfg, fps)
         self.tracks = SegmentTracks(cfg, lookback=self.detector.lookback, fps=fps, frame_hw=frame_hw)
         self.selection = TrackSelection(selection.mode, index=selection.index, reference=read.reference,
-                                        max_distance=selection.max_distance)
+                                        max_distance=selection.max_distance, order=selection.order)
         self.embedder = models.embedder
         self.buffer: deque[TrackedFrame] = deque()
         self.peak_buffered = 0

@@ -69,7 +69,7 @@ class LocalRun(GroupBook):
         engine = self.ctx.cfg.engine
         self.chain = Chain.of(engine)
         self.tracking = (TrackedRead(engine.in_ray_actor(False), self.sources.reference, float(local.threads))
-                         if engine.tracking.enabled and self.may_have(ItemKind.VIDEO) else None)
+                         if engine.tracks_faces and self.may_have(ItemKind.VIDEO) else None)
         self.lanes = Lanes(local, self._stage_names())
         self.failure: BaseException | None = None
         self.writer = SegmentWriter(self.ctx.cfg.pipeline.encode_options)

@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse, Response
 from fusion_ray.core.chain import Selection
 from fusion_ray.core.frames import FrameDone
 from fusion_ray.core.provenance import Provenance
+from fusion_ray.facefusion_options import configured
 from fusion_ray.imageio import FORMAT_CHANGES_KEY, LoadedImage, encode_image, format_changes
 from fusion_ray.live.hub import LiveHub
 from fusion_ray.serve.auth import BearerAuth, metrics_public
@@ -239,7 +240,8 @@ class IngressCore:
         opts = req.options
         quality = request_quality(opts.facefusion, self.settings, enhancer=self.downstream.enhancer is not None,
                                   enhance=opts.enhance, blend=opts.blend)
-        selection = Selection.asked(opts.select, opts.face_index, self.settings.engine.selection)
+        selection = Selection.asked(opts.select, opts.face_index,
+                                    configured(self.settings.engine, opts.facefusion).selection)
         mode, index = selection.mode, selection.index
 
         async def get_identity() -> tuple[str, SourceIdentity]:

@@ -123,7 +123,8 @@ class ServeStreamProcessor:
         self._stand_ins = stand_ins
         self.follower = StreamFollower(settings.engine.tracking)
         self._follower_seq = -1  # the frame whose updated copy self.follower is
-        self.selection = Selection.asked(start.select, start.face_index, settings.engine.selection)
+        self.selection = Selection.asked(start.select, start.face_index,
+                                         configured(settings.engine, quality.options).selection)
 
     @property
     def stand_in_models(self) -> list[str]:

@@ -114,6 +114,9 @@ def request_quality(options: FaceFusionOptions, settings: ServeSettings, *, enha
     except ConfigError as exc:
         raise ApiError(422, "invalid_option", str(exc)) from exc
     _check_unused(options, resulting, wants)
+    if resulting.selection.classifies and not cfg.selection.classifies:
+        raise ApiError(422, "invalid_option", "selection by gender, race or age needs the face classifier, "
+                       "which this service did not load (set one of them in its engine.selection)")
     models = quality_models(resulting)
     if not wants:
         return RequestQuality(options, None, models)

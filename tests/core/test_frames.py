@@ -165,3 +165,27 @@ def test_a_frames_enhancer_weight_reaches_the_enhancer(rows_models_config, photo
     enhanced = configured(cfg, heavy).model_copy(update={"enhance": EnhanceConfig(enabled=True, blend=1.0, weight=0.9)})
     inline = Engine(enhanced, engine.models).process_frame(photos["biden"], obama)
     assert np.array_equal(inline.frame, weighted.frame)
+
+
+def test_a_frames_detector_angles_are_its_options(engine, photos):
+    """FaceFusion's --face-detector-angles per request: a photo turned a quarter clockwise is found
+    upright only on the frame whose options turn it back."""
+    import cv2
+
+    from fusion_ray.facefusion_options import FaceFusionOptions
+
+    frames = FrameChain(engine.cfg, engine.models)
+    obama = engine.prepare_source([photos["obama"]])
+    turned = np.ascontiguousarray(cv2.rotate(photos["biden"], cv2.ROTATE_90_CLOCKWISE))
+    angles = FaceFusionOptions.model_validate({"face_detector_angles": "0 90"})
+    plain, with_angles = frames.run([FrameJob(FrameRequest(turned, chain.Selection("all")), "o", obama),
+                                     FrameJob(FrameRequest(turned, chain.Selection("all"), options=angles), "o", obama)])
+    from fusion_ray.ops.rotate import map_points, turn_matrix
+
+    upright = engine.models.need_detector().detect(photos["biden"])[0]
+    height, width = photos["biden"].shape[:2]
+    onto, _ = turn_matrix(-90, (width, height))
+    size = float(upright.bbox_xyxy[2] - upright.bbox_xyxy[0])
+    assert with_angles.error == "" and with_angles.faces_swapped == 1
+    assert np.linalg.norm(with_angles.landmarks[0] - map_points(upright.landmarks_5, onto), axis=1).max() < 0.03 * size
+    assert not np.array_equal(with_angles.frame, plain.frame)

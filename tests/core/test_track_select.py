@@ -83,3 +83,14 @@ def test_a_tracks_first_choice_is_the_per_frame_choice(mode):
         per_frame = select_faces(frame.to_faces(), mode, index=1)
         mask = TrackSelection(mode, index=1).choose(frame)
         assert frame.bbox_xyxy[mask].tolist() == [f.bbox_xyxy.tolist() for f in per_frame]
+
+
+def test_index_counts_in_the_face_selector_order_and_the_choice_holds():
+    # Person 3 (small, left) and person 7 (large, right): index 0 in order large-small is person 7,
+    # in right-left too; a larger person appearing later does not take the choice over.
+    shot = [faces((3, 50, 40), (7, 300, 80))] * 2 + [faces((3, 50, 40), (7, 300, 80), (9, 500, 120))] * 2
+    for order in ("large-small", "right-left"):
+        selection = TrackSelection("index", index=0, order=order)
+        assert chosen([selection.choose(f) for f in shot], shot) == [[7]] * 4
+    selection = TrackSelection("index", index=0)
+    assert chosen([selection.choose(f) for f in shot], shot) == [[3]] * 4  # no order: reading order

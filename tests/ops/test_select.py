@@ -1,7 +1,13 @@
 import numpy as np
 import pytest
 
-from fusion_ray.ops.select import cosine_distance, order_faces, select_faces, select_indices
+from fusion_ray.ops.select import (
+    cosine_distance,
+    order_faces,
+    select_faces,
+    select_indices,
+    sorted_positions,
+)
 from fusion_ray.types import Face
 
 
@@ -75,3 +81,46 @@ def test_no_face_is_empty_even_for_a_mode_that_could_not_run():
     assert select_indices(np.zeros((0, 4), np.float32), "reference") == []
     with pytest.raises(ValueError, match="reference embedding"):
         select_indices(np.zeros((1, 4), np.float32), "reference")
+
+
+# FaceFusion's --face-selector-order: boxes at (x, y, size) with detector scores.
+ORDER_BOXES = np.asarray([[300, 50, 310, 60], [100, 0, 150, 50], [200, 90, 220, 110]], np.float32)
+ORDER_SCORES = np.asarray([0.9, 0.6, 0.7], np.float32)
+
+
+@pytest.mark.parametrize("order,expected", [
+    (None, [1, 2, 0]),
+    ("left-right", [1, 2, 0]), ("right-left", [0, 2, 1]),
+    ("top-bottom", [1, 0, 2]), ("bottom-top", [2, 0, 1]),
+    ("small-large", [0, 2, 1]), ("large-small", [1, 2, 0]),
+    ("best-worst", [0, 2, 1]), ("worst-best", [1, 2, 0]),
+])
+def test_sorted_positions_follow_facefusions_orders(order, expected):
+    assert sorted_positions(ORDER_BOXES, order, ORDER_SCORES) == expected
+    assert select_indices(ORDER_BOXES, "all", order=order, scores=ORDER_SCORES) == expected
+
+
+def test_index_counts_in_the_order_and_largest_ignores_it():
+    assert select_indices(ORDER_BOXES, "index", index=0, order="right-left") == [0]
+    assert select_indices(ORDER_BOXES, "index", index=0, order="best-worst", scores=ORDER_SCORES) == [0]
+    assert select_indices(ORDER_BOXES, "index", index=5, order="top-bottom") == []
+    for order in (None, "small-large", "worst-best"):
+        assert select_indices(ORDER_BOXES, "largest", order=order, scores=ORDER_SCORES) == [1]
+
+
+def test_no_order_is_todays_reading_order():
+    for mode in ("all", "largest", "index"):
+        assert select_indices(ORDER_BOXES, mode, index=1, order=None) == select_indices(ORDER_BOXES, mode, index=1)
+
+
+def test_order_by_score_needs_the_scores_and_an_unknown_order_is_refused():
+    with pytest.raises(ValueError, match="score"):
+        sorted_positions(ORDER_BOXES, "best-worst")
+    with pytest.raises(ValueError, match="unknown face selector order"):
+        sorted_positions(ORDER_BOXES, "biggest")
+
+
+def test_select_faces_orders_by_the_faces_scores():
+    low, high = Face(ORDER_BOXES[1], np.zeros((5, 2)), 0.6), Face(ORDER_BOXES[0], np.zeros((5, 2)), 0.9)
+    assert select_faces([low, high], "all", order="best-worst") == [high, low]
+    assert select_faces([low, high], "index", index=0, order="worst-best") == [low]

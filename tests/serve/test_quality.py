@@ -210,3 +210,12 @@ def test_openapi_lists_the_facefusion_fields_with_descriptions():
         assert properties[name]["description"], name
     assert properties["face_mask_types"]["anyOf"][0]["items"]["enum"] == ["box", "occlusion", "area", "region"]
     assert "1024x1024" in properties["face_swapper_pixel_boost"]["anyOf"][0]["enum"]
+
+
+def test_selection_by_gender_race_or_age_needs_the_services_classifier():
+    with pytest.raises(ApiError, match="face classifier"):
+        ask({"face_selector_gender": "female"})
+    service = settings(engine={"selection": {"age_start": 0}})
+    assert ask({"face_selector_race": "asian"}, service).options.value("face_selector_race") == "asian"
+    assert ask({"face_selector_order": "best-worst", "face_detector_angles": "0 180"}).options.given() == {
+        "face_selector_order": "best-worst", "face_detector_angles": [0, 180]}
