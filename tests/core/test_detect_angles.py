@@ -10,21 +10,13 @@ import cv2
 import numpy as np
 import pytest
 
-from fusion_ray.config import DetectorConfig, RuntimeConfig
 from fusion_ray.core.chain import detect_turned
 from fusion_ray.models.detector import ScrfdDetector
-from fusion_ray.models.registry import get_spec
-from fusion_ray.models.session import create_session
 from fusion_ray.ops.rotate import map_boxes, map_points, turn_matrix
 
 TURNS = {90: cv2.ROTATE_90_CLOCKWISE, 180: cv2.ROTATE_180, 270: cv2.ROTATE_90_COUNTERCLOCKWISE}
 """The photo turned clockwise by the angle: turning it back is the angle counter-clockwise."""
 
-
-@pytest.fixture(scope="module")
-def detector(scrfd_path: Path) -> ScrfdDetector:
-    session, _ = create_session(scrfd_path, RuntimeConfig(providers=["cpu"]), cpu_budget=1)
-    return ScrfdDetector(session, get_spec("scrfd_2.5g"), DetectorConfig(), model_path=scrfd_path)
 
 
 @pytest.fixture(scope="module")

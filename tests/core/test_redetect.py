@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import cv2
 import numpy as np
 import pytest
 
-from fusion_ray.config import DetectorConfig, RuntimeConfig
 from fusion_ray.core.redetect import (
     TrackingDetector,
     full_detection_reason,
@@ -19,10 +17,7 @@ from fusion_ray.core.redetect import (
 )
 from fusion_ray.core.tracking import FrameFaces, Tracker, track_segment
 from fusion_ray.core.tracking_config import TrackingConfig
-from fusion_ray.imageio import read_image
-from fusion_ray.models.detector import ScrfdDetector
-from fusion_ray.models.registry import get_spec
-from fusion_ray.models.session import create_session
+from tests.core.clips import sliding_face
 
 
 @pytest.mark.parametrize("box,frame_hw,growth,canvas,expected", [
@@ -60,24 +55,11 @@ def test_full_detection_reason(frame_idx, last_full, lost, low, expected):
     assert full_detection_reason(frame_idx, last_full=last_full, cfg=CFG, lost=lost, low_score=low) == expected
 
 
-@pytest.fixture(scope="module")
-def detector(scrfd_path):
-    session, _ = create_session(scrfd_path, RuntimeConfig(providers=["cpu"]), cpu_budget=1)
-    return ScrfdDetector(session, get_spec("scrfd_2.5g"), DetectorConfig(), model_path=scrfd_path)
-
 
 @pytest.fixture(scope="module")
 def clip(images_dir):
     """A 640x360 clip: obama.jpg's face scaled down, sliding 6 px per frame."""
-    photo = read_image(images_dir / "obama.jpg").frame
-    face = cv2.resize(photo[40:480, 300:690], (150, 170), interpolation=cv2.INTER_AREA)
-    frames = []
-    for f in range(12):
-        canvas = np.full((360, 640, 3), 110, np.uint8)
-        x = 150 + 6 * f
-        canvas[90:260, x:x + 150] = face
-        frames.append(canvas)
-    return frames
+    return sliding_face(images_dir, start_x=150, step_px=6)
 
 
 def test_roi_detector_keeps_session_and_uses_a_square_canvas(detector):

@@ -7,23 +7,15 @@ import cv2
 import numpy as np
 import pytest
 
-from fusion_ray.config import DetectorConfig, RuntimeConfig
 from fusion_ray.core.redetect import TrackingDetector, redetect, roi_detector
 from fusion_ray.core.tracking import FrameFaces, Tracker
 from fusion_ray.core.tracking_config import TrackingConfig
 from fusion_ray.imageio import read_image
 from fusion_ray.models.detector import ScrfdDetector
 from fusion_ray.models.detector_batch import batch_detector
-from fusion_ray.models.registry import get_spec
-from fusion_ray.models.session import create_session
 
 NOISE_PX = 1e-3
 
-
-@pytest.fixture(scope="module")
-def detector(scrfd_path):
-    session, _ = create_session(scrfd_path, RuntimeConfig(providers=["cpu"]), cpu_budget=1)
-    return ScrfdDetector(session, get_spec("scrfd_2.5g"), DetectorConfig(), model_path=scrfd_path)
 
 
 @pytest.fixture(scope="module")

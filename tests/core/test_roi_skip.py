@@ -3,19 +3,14 @@ every visible face detected or interpolated (the real SCRFD on a shared photo)."
 
 from __future__ import annotations
 
-import cv2
 import numpy as np
 import pytest
 
-from fusion_ray.config import DetectorConfig, RuntimeConfig
 from fusion_ray.core.redetect import TrackingDetector, merge
 from fusion_ray.core.roi_skip import predicted_motion, skippable
 from fusion_ray.core.tracking import TrackPrediction, track_segment
 from fusion_ray.core.tracking_config import TrackingConfig
-from fusion_ray.imageio import read_image
-from fusion_ray.models.detector import ScrfdDetector
-from fusion_ray.models.registry import get_spec
-from fusion_ray.models.session import create_session
+from tests.core.clips import sliding_face
 
 EYES = np.asarray([[100, 100], [140, 100], [120, 120], [105, 140], [135, 140]], np.float64)
 
@@ -51,23 +46,11 @@ def test_skipping_turns_off_with_zero_motion_or_no_gap_filling():
     assert skippable(now, last, set(), TrackingConfig(max_gap=0)) == set()
 
 
-@pytest.fixture(scope="module")
-def detector(scrfd_path):
-    session, _ = create_session(scrfd_path, RuntimeConfig(providers=["cpu"]), cpu_budget=1)
-    return ScrfdDetector(session, get_spec("scrfd_2.5g"), DetectorConfig(), model_path=scrfd_path)
-
 
 @pytest.fixture(scope="module")
 def still(images_dir):
     """12 frames of obama.jpg's face, drifting 1 px a frame (0.02 eye distances)."""
-    photo = read_image(images_dir / "obama.jpg").frame
-    face = cv2.resize(photo[40:480, 300:690], (150, 170), interpolation=cv2.INTER_AREA)
-    frames = []
-    for f in range(12):
-        canvas = np.full((360, 640, 3), 110, np.uint8)
-        canvas[90:260, 200 + f:350 + f] = face
-        frames.append(canvas)
-    return frames
+    return sliding_face(images_dir, start_x=200, step_px=1)
 
 
 def run(detector, frames, cfg, **kwargs):
