@@ -46,8 +46,12 @@ def run_live_page(base: str, token: str, frames: list[np.ndarray], source: Path,
             page.wait_for_function("Number(document.querySelector('#received').textContent) >= 3", timeout=90_000)
             received = int(page.text_content("#received") or 0)
             shot = page.locator("#out").screenshot()
-            page.wait_for_function(f"Number(document.querySelector('#received').textContent) > {received}",
-                                   timeout=60_000)
+            try:
+                page.wait_for_function(f"Number(document.querySelector('#received').textContent) > {received}",
+                                       timeout=60_000)
+            except Exception as exc:  # say what the page showed: frames sent, drops and why, the status
+                shown = {name: page.text_content(f"#{name}") or "" for name in (*COUNTERS, "dropped", "status")}
+                raise AssertionError(f"no frame came back after the first {received}: {shown}") from exc
             page.wait_for_function("document.querySelector('#server-latency').textContent !== '-'", timeout=30_000)
             page.wait_for_function("document.querySelector('#latency').textContent !== '-'", timeout=30_000)
             shown = {name: page.text_content(f"#{name}") or "" for name in COUNTERS}
