@@ -146,16 +146,20 @@ class MetricsBuffer(MetricsRecorder):
         self.interval_s = interval_s
         self._last = time.monotonic()
         self._running: asyncio.Task[None] | None = None
+        self._handing = asyncio.Lock()
+        """One hand-over at a time: a flush returns only once every count taken before it (by a
+        background flush too) has reached the sink, so /metrics never renders without them."""
 
     async def flush(self) -> None:
-        self._last = time.monotonic()
-        snap = self.take()
-        if snap.empty():
-            return
-        try:
-            await self.sink(snap)
-        except Exception:
-            log.exception("could not hand the metrics over")
+        async with self._handing:
+            self._last = time.monotonic()
+            snap = self.take()
+            if snap.empty():
+                return
+            try:
+                await self.sink(snap)
+            except Exception:
+                log.exception("could not hand the metrics over")
 
     def maybe_flush(self) -> None:
         if time.monotonic() - self._last < self.interval_s:

@@ -51,3 +51,28 @@ def test_a_fused_batch_records_each_steps_busy_time():
     assert {lab["step"]: v for lab, v in samples["fusion_ray_step_seconds_count"]} == {"detect": 2, "swap": 2,
                                                                                        "paste": 2}
     assert "# TYPE fusion_ray_step_seconds histogram" in text
+
+
+def test_a_flush_returns_only_once_a_background_flush_has_handed_its_counts_over():
+    """/metrics flushes, then renders: when a background flush has already taken the counts and is
+    still handing them over, the flush must wait for it (the per-client refusal was once missing
+    from /metrics this way)."""
+    import asyncio
+
+    from fusion_ray.serve.metrics import MetricsBuffer
+
+    store = MetricsStore()
+
+    async def slow_sink(snap) -> None:  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.2)
+        store.merge(snap)
+
+    async def scenario() -> bool:
+        buffer = MetricsBuffer(slow_sink, interval_s=0.0)
+        buffer.inc("fusion_ray_rejected_total", reason="client_upload_limit")
+        buffer.maybe_flush()  # takes the count, hands it over in the background
+        await asyncio.sleep(0)
+        await buffer.flush()  # what /metrics does before it renders
+        return 'reason="client_upload_limit"' in store.render([])
+
+    assert asyncio.run(scenario())
