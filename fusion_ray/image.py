@@ -14,6 +14,7 @@ from fusion_ray.animation import (
     is_animated,
     read_animation,
 )
+from fusion_ray.config import EngineConfig
 from fusion_ray.engine import Engine
 from fusion_ray.imageheader import ImageHeader
 from fusion_ray.imageio import (
@@ -74,10 +75,18 @@ class ImageSwapInputs:
     reference: CheckedImage | None = None
 
     @classmethod
-    def read(cls, sources: Sequence[Path], target: Path, reference: Path | None = None) -> ImageSwapInputs:
-        checked_target = CheckedImage.read(target)
+    def read(cls, sources: Sequence[Path], target: Path | CheckedImage, reference: Path | None = None
+             ) -> ImageSwapInputs:
+        """Read the target first (or take it already read), then the sources and the reference."""
+        checked_target = target if isinstance(target, CheckedImage) else CheckedImage.read(target)
         return cls([CheckedImage.read(p) for p in sources], checked_target,
                    CheckedImage.read(reference) if reference is not None else None)
+
+
+def reference_file(cfg: EngineConfig) -> Path | None:
+    """The reference face's image when the selection mode asks for one."""
+    selection = cfg.selection
+    return selection.reference_path if selection.mode == "reference" else None
 
 
 def load_sources(engine: Engine, paths: Sequence[Path]) -> SourceIdentity:
@@ -92,11 +101,10 @@ def _identity(engine: Engine, sources: Sequence[CheckedImage]) -> SourceIdentity
 
 def load_reference(engine: Engine) -> Embedding | None:
     """The reference face's embedding when the selection mode asks for one."""
-    selection = engine.cfg.selection
-    if selection.mode != "reference" or selection.reference_path is None:
+    path = reference_file(engine.cfg)
+    if path is None:
         return None
-    image = read_image(selection.reference_path)
-    return engine.prepare_reference(image.frame, str(selection.reference_path))
+    return engine.prepare_reference(read_image(path).frame, str(path))
 
 
 def swap_image(engine: Engine, identity: SourceIdentity, target: LoadedImage, output: Path, *,
@@ -136,9 +144,8 @@ def swap_image_files(engine: Engine, sources: Sequence[Path], target: Path, outp
                      force: bool = False) -> ImageSwapResult:
     """The whole image command: validate paths, read, prepare the source once, swap, write."""
     check_writable_image_path(output, force)
-    selection = engine.cfg.selection
-    reference = selection.reference_path if selection.mode == "reference" else None
-    return swap_checked_images(engine, ImageSwapInputs.read(sources, target, reference), output, force=force)
+    inputs = ImageSwapInputs.read(sources, target, reference_file(engine.cfg))
+    return swap_checked_images(engine, inputs, output, force=force)
 
 
 def swap_checked_images(engine: Engine, inputs: ImageSwapInputs, output: Path, *,

@@ -71,7 +71,7 @@ def _check_images(paths: list[Path]) -> None:
 def _read_inputs(args: argparse.Namespace, cfg: EngineConfig) -> ImageSwapInputs:
     """The image swap's inputs, each read and checked once: the target first (not a video with
     a picture stream, e.g. an audio-only .m4a, must be an image), then the sources and reference."""
-    from fusion_ray.image import CheckedImage, ImageSwapInputs
+    from fusion_ray.image import CheckedImage, ImageSwapInputs, reference_file
     from fusion_ray.imageheader import ImageTooLargeError
 
     try:
@@ -80,9 +80,7 @@ def _read_inputs(args: argparse.Namespace, cfg: EngineConfig) -> ImageSwapInputs
         raise
     except InputError as exc:
         raise InputError(f"--target {exc}; nor is it a video with a picture stream") from exc
-    reference = cfg.selection.reference_path if cfg.selection.mode == "reference" else None
-    return ImageSwapInputs([CheckedImage.read(path) for path in args.source], target,
-                           CheckedImage.read(reference) if reference is not None else None)
+    return ImageSwapInputs.read(args.source, target, reference_file(cfg))
 
 
 def run(args: argparse.Namespace) -> int:
