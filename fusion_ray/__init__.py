@@ -1,8 +1,7 @@
 """fusion_ray: face swapping as a streaming, batched Ray pipeline.
 
-Layers (dependencies point one way):
-``types``/``errors``/``config`` -> ``ops`` -> ``models`` -> ``engine`` -> {``video``,
-``pipeline``, ``serve``, ``bench``} -> ``cli``.
+The layers and the package tour: docs/ARCHITECTURE.md and the README (``tests/test_layers.py``
+keeps the imports pointing one way).
 """
 
 __version__ = "0.1.0"

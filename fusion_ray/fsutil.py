@@ -7,7 +7,7 @@ import errno
 import os
 import stat
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from fusion_ray.errors import InputError
@@ -121,3 +121,12 @@ def check_writable_dir(folder: Path, what: str = "output folder") -> None:
         raise InputError(f"{what} is not writable: {folder} ({exc.strerror or exc})") from exc
     with contextlib.suppress(OSError):
         probe.unlink()
+
+
+def user_cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """fusion_ray's per-user cache: ``$XDG_CACHE_HOME/fusion_ray`` (``~/.cache`` when unset)."""
+    environ: Mapping[str, str] = os.environ if env is None else env
+    xdg = environ.get("XDG_CACHE_HOME", "").strip()
+    # The XDG spec says relative paths are invalid and must be ignored.
+    cache = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return cache / "fusion_ray"

@@ -15,7 +15,6 @@ from fusion_ray.animation import (
     read_animation,
 )
 from fusion_ray.config import EngineConfig
-from fusion_ray.engine import Engine
 from fusion_ray.imageheader import ImageHeader
 from fusion_ray.imageio import (
     DEFAULT_MAX_PIXELS,
@@ -30,6 +29,7 @@ from fusion_ray.imageio import (
     read_image,
     write_bytes_atomic,
 )
+from fusion_ray.runners.inline import Engine
 from fusion_ray.types import Embedding, SourceIdentity
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ A row holds the option's name (FaceFusion's, ``face_mask_types``), the config fi
 (``masks.types``), the type and choices of its values, the service's cap that bounds it (a field
 of ``limits``), the kind of model it names, and its help. From :data:`OPTIONS` come the command
 line's flags (``--face-mask-types``, :mod:`fusion_ray.cli.quality_options`), the fields of
-:class:`~fusion_ray.facefusion_options.FaceFusionOptions` (the ``POST /v1/swap`` form and its
+:class:`~fusion_ray.core.facefusion_options.FaceFusionOptions` (the ``POST /v1/swap`` form and its
 OpenAPI, the live start message), the keys a job manifest's ``options`` column takes, the mapping
 onto :class:`~fusion_ray.config.EngineConfig` and the service's caps (:mod:`fusion_ray.serve.quality`).
 Adding an option is adding a row.

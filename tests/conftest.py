@@ -12,7 +12,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # moto's S3 server fixtures: s3_server (session), s3_env, s3_bucket; a recording pyvirtualcam
 # backend: recording_camera, no_camera.
-pytest_plugins = ["tests.s3_server", "tests.live.virtualcam_backend"]
+pytest_plugins = ["tests.s3_server", "tests.live.virtualcam_backend", "tests.job_fixtures"]
 
 
 def _assets_dir() -> Path:

@@ -16,15 +16,15 @@ import pytest
 from fusion_ray.cli import main
 from fusion_ray.cli.common import check_stream_output
 from fusion_ray.config import EngineConfig, RuntimeConfig, SwapConfig
-from fusion_ray.engine import Engine
+from fusion_ray.core.facefusion_options import FaceFusionOptions
 from fusion_ray.errors import ConfigError, InputError
-from fusion_ray.facefusion_options import FaceFusionOptions
 from fusion_ray.imageio import read_image
+from fusion_ray.jobs.config import JobConfig, with_overrides
 from fusion_ray.live.backend import StreamRefused
 from fusion_ray.live.local import EngineBackend, local_hub
 from fusion_ray.live.localhost import LocalServer
 from fusion_ray.live.protocol import ProtocolError, StartMessage, parse_start
-from fusion_ray.pipeline.config import JobConfig, with_overrides
+from fusion_ray.runners.inline import Engine
 from fusion_ray.serve.limits import ApiError
 from fusion_ray.serve.quality import request_quality
 from fusion_ray.serve.settings import parse_settings

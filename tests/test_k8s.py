@@ -242,7 +242,7 @@ def test_api_token_comes_from_a_secret(rayservice):
 
 def test_rayjob_entrypoint_is_a_fusion_ray_job_command(rayjob):
     from fusion_ray.cli import build_parser
-    from fusion_ray.pipeline.config import load_job_config
+    from fusion_ray.jobs.config import load_job_config
 
     argv = shlex.split(rayjob["spec"]["entrypoint"])
     assert argv[0] == "fusion-ray"

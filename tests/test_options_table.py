@@ -15,19 +15,19 @@ import pytest
 from fusion_ray.cli import build_parser
 from fusion_ray.cli.quality_options import add_quality_arguments
 from fusion_ray.config import EngineConfig, SelectionConfig
-from fusion_ray.facefusion_options import (
+from fusion_ray.core.facefusion_options import (
     FACEFUSION_OPTIONS,
     FaceFusionOptions,
     OptionsModel,
     apply_facefusion_options,
     options_model,
 )
+from fusion_ray.jobs.config import JobConfig
+from fusion_ray.jobs.manifest import read_manifest
+from fusion_ray.jobs.plan import with_overrides
 from fusion_ray.live.localhost import live_page
 from fusion_ray.live.protocol import StartMessage
 from fusion_ray.options_table import MODEL_OPTIONS, OPTIONS, Cap, Option
-from fusion_ray.pipeline.config import JobConfig
-from fusion_ray.pipeline.manifest import read_manifest
-from fusion_ray.pipeline.plan import with_overrides
 from fusion_ray.serve.schemas import SwapOptions, swap_request_schema
 from fusion_ray.serve.settings import LimitsSettings
 from fusion_ray.types import SELECT_MODES, STREAM_SELECT_MODES

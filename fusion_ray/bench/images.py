@@ -24,8 +24,8 @@ from fusion_ray.core.modelset import inspect_models
 from fusion_ray.core.steps import required_components
 from fusion_ray.errors import InputError
 from fusion_ray.imageio import read_image
-from fusion_ray.pipeline.config import JobConfig
-from fusion_ray.pipeline.job import JobItem, JobReport, run_job
+from fusion_ray.jobs.config import JobConfig
+from fusion_ray.runners.job import JobItem, JobReport, run_job
 
 
 def make_image_set(folder: Path, count: int, photos: Sequence[Path], seed: int = 0) -> list[Path]:

@@ -28,8 +28,8 @@ import numpy as np
 from fusion_ray.live.backend import FramePlan, Processed
 from fusion_ray.live.client import ClientReport, run_stream
 from fusion_ray.live.direct import run_direct
+from fusion_ray.live.frame_sources import JpegClip, encode_frame
 from fusion_ray.live.hub import LiveHub
-from fusion_ray.live.sources import JpegClip, encode_frame
 from fusion_ray.live.stats import percentile
 from fusion_ray.video.decode import decode_all
 from fusion_ray.video.synthetic import make_test_video

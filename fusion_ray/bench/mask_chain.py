@@ -17,10 +17,10 @@ from fusion_ray.config import (
     RuntimeConfig,
     SwapConfig,
 )
-from fusion_ray.engine import Engine
 from fusion_ray.imageio import read_image
 from fusion_ray.models.hashes import write_hash_record
 from fusion_ray.models.standins_quality import make_quality_standin
+from fusion_ray.runners.inline import Engine
 
 SETTINGS: dict[str, tuple[MaskConfig, str]] = {
     "box": (MaskConfig(), "none"),

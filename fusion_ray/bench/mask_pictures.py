@@ -2,7 +2,7 @@
 landmarker and the classic swapper (the one real swap here; no stand-in is involved).
 
 ``masks.png`` (each mask over the target crop) is drawn with the ops; ``swaps.png`` is made by
-the chain itself (:class:`fusion_ray.engine.Engine`, as ``fusion-ray swap --swapper classic
+the chain itself (:class:`fusion_ray.runners.inline.Engine`, as ``fusion-ray swap --swapper classic
 --face-landmarker-model dlib_68 --face-mask-types ...`` runs it).
 """
 
@@ -24,7 +24,6 @@ from fusion_ray.config import (
     RuntimeConfig,
     SwapConfig,
 )
-from fusion_ray.engine import Engine
 from fusion_ray.errors import NoFaceError
 from fusion_ray.imageio import read_image
 from fusion_ray.models.detector import ScrfdDetector
@@ -40,6 +39,7 @@ from fusion_ray.ops.face_masks import (
 )
 from fusion_ray.ops.landmarks import alignment_points
 from fusion_ray.ops.paste import crop_roi
+from fusion_ray.runners.inline import Engine
 from fusion_ray.types import Face, Frame, Mask
 
 TEMPLATE = "arcface_128"

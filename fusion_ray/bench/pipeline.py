@@ -18,7 +18,7 @@ from typing import Any
 
 from fusion_ray.bench.memory import MemoryPeak, PeakMemorySampler
 from fusion_ray.errors import FusionRayError
-from fusion_ray.pipeline.config import JobConfig
+from fusion_ray.jobs.config import JobConfig
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +86,8 @@ def run_pipeline(video: Path, sources: Sequence[Path], cfg: JobConfig, *, work_d
     """Run ``video`` through the Ray Data pipeline; FusionRayError when the job does not finish it."""
     import ray
 
-    from fusion_ray.pipeline.job import JobItem, run_job
-    from fusion_ray.pipeline.runtime import connect
+    from fusion_ray.runners.job import JobItem, run_job
+    from fusion_ray.runners.ray.runtime import connect
 
     work_dir.mkdir(parents=True, exist_ok=True)
     output = work_dir / "pipeline.mp4"

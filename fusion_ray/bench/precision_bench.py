@@ -25,7 +25,7 @@ import numpy as np
 
 from fusion_ray.bench.precision import compare_detections
 from fusion_ray.config import DetectorConfig, RuntimeConfig
-from fusion_ray.core.redetect import roi_for
+from fusion_ray.core.tracking.redetect import roi_for
 from fusion_ray.models import calibration as cal
 from fusion_ray.models.cpu_int8 import int8_weight_bits
 from fusion_ray.models.detector import DetectorCanvases, ScrfdDetector

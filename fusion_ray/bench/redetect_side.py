@@ -29,9 +29,8 @@ import numpy as np
 from fusion_ray.bench.runner import shared_assets_dir
 from fusion_ray.bench.tracking import FPS, Result, evaluate, load_detector, run_tracker
 from fusion_ray.bench.tracking_clips import Clip
-from fusion_ray.config import DetectorConfig, RuntimeConfig
-from fusion_ray.core.tracking import track_segment
-from fusion_ray.core.tracking_config import TrackingConfig
+from fusion_ray.config import DetectorConfig, RuntimeConfig, TrackingConfig
+from fusion_ray.core.tracking.tracks import track_segment
 from fusion_ray.models.detector import ScrfdDetector
 from fusion_ray.models.registry import get_spec
 from fusion_ray.models.session import create_session

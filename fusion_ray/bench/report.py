@@ -15,7 +15,7 @@ from fusion_ray.bench.models import BenchModels
 from fusion_ray.bench.pipeline import PipelineResult
 from fusion_ray.bench.serial import SerialResult
 from fusion_ray.bench.sweep import SweepResult
-from fusion_ray.pipeline.config import FUSED_POOL
+from fusion_ray.jobs.config import FUSED_POOL
 
 SCHEMA_VERSION = 1
 

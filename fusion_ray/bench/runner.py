@@ -20,7 +20,7 @@ from fusion_ray.bench.sweep import DEFAULT_BATCHES, SWEEP_ROLES, run_sweep
 from fusion_ray.config import EngineConfig
 from fusion_ray.errors import InputError
 from fusion_ray.imageio import read_image
-from fusion_ray.pipeline.config import JobConfig, PipelineConfig
+from fusion_ray.jobs.config import JobConfig, PipelineConfig
 from fusion_ray.video import make_test_video, probe
 
 log = logging.getLogger(__name__)

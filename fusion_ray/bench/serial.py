@@ -23,9 +23,9 @@ import numpy as np
 
 from fusion_ray.bench.memory import MemoryPeak, PeakMemorySampler
 from fusion_ray.config import EngineConfig
-from fusion_ray.engine import Engine
 from fusion_ray.image import load_reference, load_sources
 from fusion_ray.models.detector import plan_input
+from fusion_ray.runners.inline import Engine
 from fusion_ray.types import Embedding, SourceIdentity
 from fusion_ray.video import EncodeOptions, decode_all, encode_segment, join_segments, probe
 

@@ -42,11 +42,10 @@ from fusion_ray.bench.tracking_clips import (
     motion_clip,
     still_clip,
 )
-from fusion_ray.config import DetectorConfig, RuntimeConfig
-from fusion_ray.core.matching import assign
-from fusion_ray.core.redetect import TrackingDetector, merge
-from fusion_ray.core.tracking import FrameFaces, Tracker, track_segment
-from fusion_ray.core.tracking_config import TrackingConfig
+from fusion_ray.config import DetectorConfig, RuntimeConfig, TrackingConfig
+from fusion_ray.core.tracking.matching import assign
+from fusion_ray.core.tracking.redetect import TrackingDetector, merge
+from fusion_ray.core.tracking.tracks import FrameFaces, Tracker, track_segment
 from fusion_ray.errors import InputError, NoFaceError
 from fusion_ray.imageio import read_image
 from fusion_ray.models.detector import ScrfdDetector

@@ -131,7 +131,7 @@ def options_from_args(args: argparse.Namespace, work_dir: Path):  # type: ignore
     from fusion_ray.bench import PARTS, BenchOptions
     from fusion_ray.bench.serial import Canvas
     from fusion_ray.bench.sweep import SWEEP_ROLES
-    from fusion_ray.pipeline.config import load_job_config
+    from fusion_ray.jobs.config import load_job_config
 
     if args.only:
         parts: tuple[str, ...] = (args.only,)

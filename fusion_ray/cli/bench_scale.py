@@ -126,7 +126,7 @@ def run_scale(args: argparse.Namespace) -> int:
 
 def run_resume(args: argparse.Namespace) -> int:
     from fusion_ray.bench.jobs import make_clips
-    from fusion_ray.pipeline.parts import PARTS_SUFFIX
+    from fusion_ray.jobs.parts import PARTS_SUFFIX
     from fusion_ray.video import decode_all
 
     with _Bench(args) as bench:

@@ -9,8 +9,8 @@ from typing import Any
 
 from fusion_ray.cli.quality_options import add_quality_arguments, apply_quality_arguments
 from fusion_ray.config import EngineConfig, load_yaml_config, parse_config
+from fusion_ray.core.facefusion_options import check_options_used
 from fusion_ray.errors import ConfigError
-from fusion_ray.facefusion_options import check_options_used
 from fusion_ray.types import SELECT_MODES
 
 
@@ -132,7 +132,7 @@ def connect_ray(address: str | None) -> None:
     """Join ``address``, or start a local Ray watched by :mod:`fusion_ray.cli.reaper` (a
     ``kill -9`` of this command must not leave the local Ray's processes behind)."""
     from fusion_ray.cli import reaper
-    from fusion_ray.pipeline.runtime import connect
+    from fusion_ray.runners.ray.runtime import connect
 
     if address is None:
         reaper.start()

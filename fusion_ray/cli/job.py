@@ -53,8 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from fusion_ray.pipeline.job import plan_job, run_plan
-    from fusion_ray.pipeline.manifest import check_unique_outputs, expand_patterns, read_manifest
+    from fusion_ray.jobs.manifest import check_unique_outputs, expand_patterns, read_manifest
+    from fusion_ray.runners.job import plan_job, run_plan
     from fusion_ray.storage import Location, Storage, StorageConfig
 
     started = time.monotonic()
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _clean_parts(root: Path | Location, storage: Storage) -> int:
-    from fusion_ray.pipeline.parts import find_parts_folders
+    from fusion_ray.jobs.parts import find_parts_folders
 
     folders = find_parts_folders(storage, root)
     for folder in folders:
@@ -133,7 +133,7 @@ def _publish_report(report_path: Path, location: Location, storage: Storage) -> 
     """Publish the report and its rows file beside the outputs in their bucket (each whole or
     not at all). When the store cannot take them (it stalls, it is gone), they stay where they
     were written, and the message says where: False."""
-    from fusion_ray.pipeline.job import rows_path
+    from fusion_ray.runners.job import rows_path
     from fusion_ray.storage import StorageError
 
     rows = rows_path(report_path)

@@ -14,10 +14,10 @@ from typing import Any
 
 from fusion_ray.cli.common import add_engine_arguments, check_stream_output, engine_config_from_args
 from fusion_ray.cli.live_outputs import Outputs, add_output_arguments, wants_window
+from fusion_ray.core.facefusion_options import FACEFUSION_OPTIONS
 from fusion_ray.errors import InputError
-from fusion_ray.facefusion_options import FACEFUSION_OPTIONS
 from fusion_ray.live.client import ClientReport, http_base, register_source, run_stream
-from fusion_ray.live.sources import CaptureSource
+from fusion_ray.live.frame_sources import CaptureSource
 from fusion_ray.types import STREAM_SELECT_MODES
 
 TOKEN_ENV = "FUSION_RAY_API_TOKEN"
@@ -169,11 +169,11 @@ async def _with_outputs(outputs: Outputs, stream: Coroutine[Any, Any, ClientRepo
 
 def _run_here(args: argparse.Namespace) -> int:
     """The stream policy in this process (no server): the same hub and stream as ``fusion-ray serve``."""
-    from fusion_ray.engine import Engine
     from fusion_ray.imageio import read_image
     from fusion_ray.live.direct import run_direct
     from fusion_ray.live.local import EngineBackend, local_hub
     from fusion_ray.live.window import UntilQuit, window_problem
+    from fusion_ray.runners.inline import Engine
 
     if args.source_id:
         raise InputError("--source-id names a source on a server (--url); here give the photo with --source")
@@ -210,13 +210,13 @@ def _run_here(args: argparse.Namespace) -> int:
 
 def run_bench(args: argparse.Namespace) -> int:
     from fusion_ray.bench.live import make_clip, render_markdown, run_live_bench
-    from fusion_ray.engine import Engine
     from fusion_ray.imageio import read_image
     from fusion_ray.live.config import LiveConfig
     from fusion_ray.live.hub import LiveHub
     from fusion_ray.live.local import EngineBackend, local_hub
     from fusion_ray.live.localhost import LocalServer
     from fusion_ray.live.protocol import StartMessage
+    from fusion_ray.runners.inline import Engine
 
     if not args.swapper:
         args.swapper = "classic"

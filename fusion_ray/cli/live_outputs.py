@@ -13,7 +13,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from fusion_ray.live.sources import CaptureSource
+from fusion_ray.live.frame_sources import CaptureSource
 
 WHIP_TOKEN_ENV = "FUSION_RAY_WHIP_TOKEN"
 

@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from fusion_ray.facefusion_options import FACEFUSION_OPTIONS, apply_facefusion_options
+from fusion_ray.core.facefusion_options import FACEFUSION_OPTIONS, apply_facefusion_options
 from fusion_ray.options_table import OPTIONS, Option
 
 

@@ -93,9 +93,9 @@ def run(args: argparse.Namespace) -> int:
         _check_images([path for name, path in inputs if name != "--target"])
         return run_video_swap(args, cfg)
     from fusion_ray.animation import check_animated_output
-    from fusion_ray.engine import Engine
     from fusion_ray.image import swap_checked_images
     from fusion_ray.imageio import check_writable_image_path
+    from fusion_ray.runners.inline import Engine
 
     images = _read_inputs(args, cfg)  # what the target is, before what the output can hold
     check_writable_image_path(args.output, args.force)

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 
 from fusion_ray.config import EngineConfig
 from fusion_ray.errors import FusionRayError, InputError
-from fusion_ray.pipeline.config import FUSED_POOL
-from fusion_ray.pipeline.report import bounding_line, line_shares
+from fusion_ray.jobs.config import FUSED_POOL
+from fusion_ray.jobs.report import bounding_line, line_shares
 
 if TYPE_CHECKING:
-    from fusion_ray.pipeline.job import Runner
+    from fusion_ray.runners.job import Runner
 
 
 class ProgressPrinter:
@@ -102,7 +102,7 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
 
 def job_config(args: argparse.Namespace, engine: EngineConfig):  # type: ignore[no-untyped-def]
     """The pipeline YAML (if any) with the command line's engine settings."""
-    from fusion_ray.pipeline.config import JobConfig, load_job_config
+    from fusion_ray.jobs.config import JobConfig, load_job_config
 
     base = load_job_config(args.pipeline_config)
     pipeline = base.pipeline
@@ -115,7 +115,7 @@ def job_config(args: argparse.Namespace, engine: EngineConfig):  # type: ignore[
 def start_runner(args: argparse.Namespace, plan) -> Runner:  # type: ignore[no-untyped-def]
     """The runner for a planned job (``--runner``, see :func:`fusion_ray.runners.choose_runner`),
     started: Ray connected, or for the local runner SIGTERM turned into a clean stop (as Ctrl-C)."""
-    from fusion_ray.runners import choose_runner
+    from fusion_ray.runners.job import choose_runner
 
     runner = choose_runner(args.runner, plan, plan.groups[0].cfg.local, args.address, os.environ)
     if runner == "ray":
@@ -137,7 +137,7 @@ def run_video_swap(args: argparse.Namespace, engine: EngineConfig) -> int:
     """``fusion-ray swap --target VIDEO``: a one-item job, planned before any runner starts:
     a video that cannot be read or encoded, is truncated, or whose models are missing or
     corrupt fails at once with its planning error (the swap command checked the output)."""
-    from fusion_ray.pipeline.job import JobItem, plan_job, run_plan
+    from fusion_ray.runners.job import JobItem, plan_job, run_plan
 
     started = time.monotonic()
     cfg = job_config(args, engine)

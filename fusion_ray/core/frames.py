@@ -28,13 +28,13 @@ import numpy as np
 from fusion_ray.config import EngineConfig
 from fusion_ray.core import chain
 from fusion_ray.core.facebatch import FaceBatch, FrameBatch
+from fusion_ray.core.facefusion_options import NO_OPTIONS, FaceFusionOptions, configured
 from fusion_ray.core.lru import LockedLru
 from fusion_ray.core.modelset import ModelSet
-from fusion_ray.core.redetect import CropBox, RoiResult, redetect
 from fusion_ray.core.steps import PHASES, Chain, Phase, Rows, Tools
-from fusion_ray.core.tracking import TrackPrediction
+from fusion_ray.core.tracking.redetect import CropBox, RoiResult, redetect
+from fusion_ray.core.tracking.tracks import TrackPrediction
 from fusion_ray.errors import ConfigError
-from fusion_ray.facefusion_options import NO_OPTIONS, FaceFusionOptions, configured
 from fusion_ray.types import Frame, SourceIdentity
 
 
@@ -86,7 +86,7 @@ class FrameJob:
 @dataclass(frozen=True)
 class FrameState:
     """A frame part-way through the chain: what one part of it hands the next (in one process,
-    :meth:`FrameChain.find` to :meth:`FrameChain.swap`; in the split placement, one deployment
+    :meth:`FrameChain.find` to :meth:`FrameChain.finish`; in the split placement, one deployment
     to the next)."""
 
     faces: FaceBatch
@@ -136,11 +136,11 @@ class _Setup:
 class FrameChain:
     """The tools of one process and the declared chain over batches of frames: :meth:`find`
     runs its steps up to a phase (following or detecting first), :meth:`advance` the steps
-    between two phases, :meth:`swap` the rest, :meth:`run` all of it. The split placement runs
+    between two phases, :meth:`finish` the rest (align to paste), :meth:`run` all of it. The split placement runs
     the parts of a frame's chain in several processes, each with a FrameChain over its models.
 
     A frame's :attr:`FrameRequest.options` (FaceFusion's per-request options) are applied to the
-    config by :func:`fusion_ray.facefusion_options.configured`; frames with the same options run
+    config by :func:`fusion_ray.core.facefusion_options.configured`; frames with the same options run
     together (each model once per group), over the same loaded models. The chain of each set of
     options is made once and kept (the last :data:`MAX_SETUPS`).
     """
@@ -171,7 +171,7 @@ class FrameChain:
 
     def run(self, jobs: Sequence[FrameJob], timings: dict[str, float] | None = None) -> list[FrameDone]:
         """Every job's frame through the whole chain (``timings``: each step's busy ms is added)."""
-        return self.swap(jobs, self.find(jobs, timings), timings)
+        return self.finish(jobs, self.find(jobs, timings), timings)
 
     def faces(self, job: FrameJob) -> FrameState:
         """The job's faces to swap (see :meth:`find`)."""
@@ -196,7 +196,7 @@ class FrameChain:
 
         return self._grouped(jobs, states, one)
 
-    def swap(self, jobs: Sequence[FrameJob], found: Sequence[FrameState],
+    def finish(self, jobs: Sequence[FrameJob], found: Sequence[FrameState],
              timings: dict[str, float] | None = None) -> list[FrameDone]:
         """The rest of the chain (align, swap, paste, enhance...) over the found faces of every job."""
         return self.done(jobs, self.advance(jobs, found, FIND_UNTIL, PHASES[-1], timings))

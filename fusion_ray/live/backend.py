@@ -1,6 +1,6 @@
 """What a host injects into the stream core: how to authorise, open a source, process a frame.
 
-The in-process host (:mod:`fusion_ray.live.local`) implements it over an :class:`~fusion_ray.engine.Engine`;
+The in-process host (:mod:`fusion_ray.live.local`) implements it over an :class:`~fusion_ray.runners.inline.Engine`;
 the Serve ingress implements it over its detector and swapper deployments.
 """
 

@@ -1,8 +1,8 @@
 """A live stream's faces between full detections (degradation level 3), for every host.
 
-The stream's online :class:`~fusion_ray.core.tracking.Tracker` predicts where each face is;
+The stream's online :class:`~fusion_ray.core.tracking.tracks.Tracker` predicts where each face is;
 the host re-detects each one on a small crop around its prediction
-(:func:`fusion_ray.core.redetect.redetect`: in-process, or on the Serve detector deployment)
+(:func:`fusion_ray.core.tracking.redetect.redetect`: in-process, or on the Serve detector deployment)
 and hands the result back here. A face not found near its prediction (it moved fast, turned,
 or the scene cut) makes the host detect on the whole frame instead: a face is never pasted
 where it no longer is. Only the faces seen at the stream's last update are followed: a track
@@ -17,8 +17,8 @@ import numpy as np
 
 from fusion_ray.config import TrackingConfig
 from fusion_ray.core.facebatch import FaceBatch
-from fusion_ray.core.redetect import CropBox, RoiResult
-from fusion_ray.core.tracking import FrameFaces, Tracker, TrackPrediction
+from fusion_ray.core.tracking.redetect import CropBox, RoiResult
+from fusion_ray.core.tracking.tracks import FrameFaces, Tracker, TrackPrediction
 
 
 class StreamFollower:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from fusion_ray.config import EngineConfig
+from fusion_ray.core.facefusion_options import FaceFusionOptions, configured
 from fusion_ray.core.layout import swapper_spec
-from fusion_ray.facefusion_options import FaceFusionOptions, configured
 from fusion_ray.live.config import LadderConfig
 from fusion_ray.options_table import MODEL_MASKS
 

@@ -1,4 +1,4 @@
-"""An in-process stream backend over an :class:`~fusion_ray.engine.Engine` (no Ray).
+"""An in-process stream backend over an :class:`~fusion_ray.runners.inline.Engine` (no Ray).
 
 Used by ``fusion-ray live`` without a server (:mod:`fusion_ray.live.direct`) and by the
 in-process host (:mod:`fusion_ray.live.localhost`) for tests and benchmarks. The Serve ingress
@@ -12,12 +12,11 @@ import asyncio
 import threading
 
 from fusion_ray.core import chain
+from fusion_ray.core.facefusion_options import check_options_used, check_served, configured
 from fusion_ray.core.frames import FrameChain, FrameJob, FrameRequest
-from fusion_ray.core.sources import SourceStore
+from fusion_ray.core.source_store import SourceStore
 from fusion_ray.core.steps import required_components
-from fusion_ray.engine import Engine
 from fusion_ray.errors import ConfigError
-from fusion_ray.facefusion_options import check_options_used, check_served, configured
 from fusion_ray.image import load_reference
 from fusion_ray.live.backend import FramePlan, Processed, SourceStatus, StreamRefused, token_matches
 from fusion_ray.live.config import LiveConfig
@@ -25,6 +24,7 @@ from fusion_ray.live.follow import StreamFollower
 from fusion_ray.live.hub import LiveHub
 from fusion_ray.live.ladder import is_costly, without_costly
 from fusion_ray.live.protocol import CLOSE_POLICY, CLOSE_UNSUPPORTED, StartMessage
+from fusion_ray.runners.inline import Engine
 from fusion_ray.types import Frame, SourceIdentity, check_frame
 
 BMP_HEADER_BYTES = 1024
@@ -130,7 +130,7 @@ class EngineStreamProcessor:
         job = FrameJob(request, self.start.source_id, self.identity)
         with self._follow_lock:
             found = self.backend.chain.faces(job)
-        done = self.backend.chain.swap([job], [found])[0]
+        done = self.backend.chain.finish([job], [found])[0]
         if done.error:  # never a frame whose selected faces were not swapped
             raise ValueError(done.error)
         return Processed(done.frame, done.landmarks, done.faces_detected)

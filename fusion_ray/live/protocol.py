@@ -31,8 +31,8 @@ from typing import Any, Literal
 import pydantic_core
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
+from fusion_ray.core.facefusion_options import FaceFusionOptions, refuse_boolean
 from fusion_ray.errors import InputError
-from fusion_ray.facefusion_options import FaceFusionOptions, refuse_boolean
 from fusion_ray.types import StreamSelectMode
 
 HEADER = struct.Struct(">Id")
@@ -69,7 +69,7 @@ class ProtocolError(InputError):
 
 class StartMessage(FaceFusionOptions):
     """The client's first message, with FaceFusion's per-request options
-    (:class:`~fusion_ray.facefusion_options.FaceFusionOptions`: ``face_mask_types``,
+    (:class:`~fusion_ray.core.facefusion_options.FaceFusionOptions`: ``face_mask_types``,
     ``face_swapper_pixel_boost``, ...; the server refuses options over its caps)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

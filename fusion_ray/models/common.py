@@ -10,8 +10,8 @@ import onnxruntime as ort
 
 from fusion_ray.errors import ModelError
 from fusion_ray.models.onnx_info import is_stand_in_metadata
-from fusion_ray.models.registry import ModelSpec
 from fusion_ray.models.session import NotPicklable, read_metadata
+from fusion_ray.models.spec import ModelSpec
 
 FloatArray = npt.NDArray[np.float32]
 

@@ -33,7 +33,7 @@ from fusion_ray.models.hashes import (
     record_path,
     write_record,
 )
-from fusion_ray.models.registry import ModelSpec
+from fusion_ray.models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
 

@@ -151,7 +151,7 @@ def make_fairface_standin(seed: int = 0) -> onnx.ModelProto:
     """A STAND-IN for ``fairface.onnx``: ``input`` float32 [N, 3, 224, 224] -> ``race_id``,
     ``gender_id``, ``age_id`` int64 [N] in the real ranges (0-6, 0-1, 0-8): the argmax of a fixed
     seeded linear map of the crop's mean colour. Classifies nothing."""
-    from fusion_ray.models.standins import finish_standin
+    from fusion_ray.models.onnx_graph import finish_standin
 
     rng = np.random.default_rng([int(seed), 27])
     g = Graph("fairface")

@@ -31,8 +31,8 @@ import onnxruntime as ort
 from fusion_ray.errors import ModelError, ModelMissingError
 from fusion_ray.models.common import fixed_batch, input_by_rank, run_in_batches
 from fusion_ray.models.onnx_info import is_stand_in_metadata
-from fusion_ray.models.registry import ModelSpec
 from fusion_ray.models.session import NotPicklable, read_metadata
+from fusion_ray.models.spec import ModelSpec
 from fusion_ray.ops.landmarks import (
     LANDMARKER_CROP_SIZE,
     brighten_dark_crop,

@@ -1,6 +1,7 @@
 """A small ONNX graph builder: nodes and initializers with unique, descriptive names.
 
-Used by :mod:`fusion_ray.models.standins` to write the stand-in models. Besides plain ops it has
+Used by :mod:`fusion_ray.models.standins` (and a capability's own stand-in) to write the stand-in
+models, each finished by :func:`finish_standin` with its label. Besides plain ops it has
 a few composite layers (conv, resize) and *generated* weights: pseudo-random tensors computed
 inside the graph from a ``Range``, so a model with hundreds of MB of conv weights is a small
 file (ONNX Runtime folds them into constants when the session is created).
@@ -15,6 +16,54 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+#: Real-model compute per image in GFLOPs (= 2 x GMACs); sources in REAL_MODEL_FLOP_SOURCES and fusion_ray.models.standins.
+REAL_MODEL_GFLOPS: dict[str, float] = {
+    "arcface_w600k_r50": 12.6,
+    "inswapper_128": 349.1,
+    "gfpgan_1.4": 395.6,
+}
+
+#: Where each ``REAL_MODEL_GFLOPS`` figure comes from.
+REAL_MODEL_FLOP_SOURCES: dict[str, str] = {
+    "arcface_w600k_r50": "insightface arcface_torch README: r50 '6.3' (ptflops MACs) -> 12.6 GFLOPs; "
+                         "analytic iresnet50 count 6.31 GMACs",
+    "inswapper_128": "analytic count of the ReSwapper StyleTransferModel_128 reconstruction of "
+                     "inswapper_128 (174.6 GMACs); its 138.5 M params match the 554 MB file",
+    "gfpgan_1.4": "analytic count of GFPGANv1Clean (out 512, channel_multiplier 2) from the "
+                  "TencentARC/GFPGAN sources (197.8 GMACs); its 86.4 M params match the ~340 MB file",
+}
+
+OPSET = 17
+IR_VERSION = 8  # readable by onnxruntime >= 1.10
+BUILDER_VERSION = "1"
+META_PREFIX = "fusion_ray."
+
+def finish_standin(name: str, variant: str, seed: int, graph: Graph,
+            inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto],
+            extra_initializers: Sequence[onnx.TensorProto] = ()) -> onnx.ModelProto:
+    description = (f"fusion_ray STAND-IN for {name} ({variant} variant): NOT a real model. "
+                   "Same input/output names, shapes, dtypes and value ranges as the real model, "
+                   "deterministic made-up weights; for tests and benchmarks only.")
+    onnx_graph = helper.make_graph(graph.nodes, f"fusion_ray_standin_{name}", inputs, outputs,
+                                   initializer=[*graph.initializers, *extra_initializers],
+                                   doc_string=description)
+    model = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="fusion_ray.standins", producer_version=BUILDER_VERSION,
+                              doc_string=description)
+    model.ir_version = IR_VERSION
+    props = {
+        f"{META_PREFIX}stand_in": "true",
+        f"{META_PREFIX}stand_in_of": name,
+        f"{META_PREFIX}variant": variant,
+        f"{META_PREFIX}seed": str(seed),
+        f"{META_PREFIX}builder_version": BUILDER_VERSION,
+    }
+    if name in REAL_MODEL_GFLOPS:
+        props[f"{META_PREFIX}real_model_gflops"] = f"{REAL_MODEL_GFLOPS[name]:g}"
+    helper.set_model_props(model, props)
+    onnx.checker.check_model(model)
+    return model
 
 
 def float_value_info(name: str, shape: Sequence[int | str]) -> onnx.ValueInfoProto:

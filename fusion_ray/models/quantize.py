@@ -41,10 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from fusion_ray.fsutil import atomic_path
+from fusion_ray.fsutil import atomic_path, user_cache_dir
 from fusion_ray.models.cpu_int8 import WeightBits
 from fusion_ray.models.hashes import atomic_write_text, sha256_file
-from fusion_ray.models.store import user_cache_dir
 
 log = logging.getLogger(__name__)
 

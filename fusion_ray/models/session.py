@@ -21,7 +21,7 @@ import onnxruntime as ort
 
 from fusion_ray.config import RuntimeConfig
 from fusion_ray.errors import ModelError
-from fusion_ray.models.store import user_cache_dir
+from fusion_ray.fsutil import user_cache_dir
 
 log = logging.getLogger(__name__)
 

@@ -65,74 +65,31 @@ figures above. The graphs are written with :class:`fusion_ray.models.onnx_graph.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 from fusion_ray.errors import ModelError
 from fusion_ray.fsutil import atomic_write_bytes
-from fusion_ray.models.onnx_graph import Graph, float_value_info
+from fusion_ray.models.onnx_graph import BUILDER_VERSION as BUILDER_VERSION
+from fusion_ray.models.onnx_graph import IR_VERSION as IR_VERSION
+from fusion_ray.models.onnx_graph import META_PREFIX as META_PREFIX
+from fusion_ray.models.onnx_graph import OPSET as OPSET
+from fusion_ray.models.onnx_graph import REAL_MODEL_FLOP_SOURCES as REAL_MODEL_FLOP_SOURCES
+from fusion_ray.models.onnx_graph import REAL_MODEL_GFLOPS as REAL_MODEL_GFLOPS
+from fusion_ray.models.onnx_graph import Graph, finish_standin, float_value_info
 from fusion_ray.models.onnx_info import is_stand_in_metadata, read_model_metadata
 
 STANDIN_NAMES: tuple[str, ...] = ("arcface_w600k_r50", "inswapper_128", "gfpgan_1.4")
 VARIANTS: tuple[str, ...] = ("light", "cost_faithful")
 
-#: Real-model compute per image in GFLOPs (= 2 x GMACs); sources in the module docstring.
-REAL_MODEL_GFLOPS: dict[str, float] = {
-    "arcface_w600k_r50": 12.6,
-    "inswapper_128": 349.1,
-    "gfpgan_1.4": 395.6,
-}
-
-#: Where each ``REAL_MODEL_GFLOPS`` figure comes from.
-REAL_MODEL_FLOP_SOURCES: dict[str, str] = {
-    "arcface_w600k_r50": "insightface arcface_torch README: r50 '6.3' (ptflops MACs) -> 12.6 GFLOPs; "
-                         "analytic iresnet50 count 6.31 GMACs",
-    "inswapper_128": "analytic count of the ReSwapper StyleTransferModel_128 reconstruction of "
-                     "inswapper_128 (174.6 GMACs); its 138.5 M params match the 554 MB file",
-    "gfpgan_1.4": "analytic count of GFPGANv1Clean (out 512, channel_multiplier 2) from the "
-                  "TencentARC/GFPGAN sources (197.8 GMACs); its 86.4 M params match the ~340 MB file",
-}
-
-OPSET = 17
-IR_VERSION = 8  # readable by onnxruntime >= 1.10
-BUILDER_VERSION = "1"
-META_PREFIX = "fusion_ray."
 _NAME_SALT = {"arcface_w600k_r50": 1, "inswapper_128": 2, "gfpgan_1.4": 3}
 
 # --------------------------------------------------------------------------------------------
 # The model around a graph
 # --------------------------------------------------------------------------------------------
-
-
-def finish_standin(name: str, variant: str, seed: int, graph: Graph,
-            inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto],
-            extra_initializers: Sequence[onnx.TensorProto] = ()) -> onnx.ModelProto:
-    description = (f"fusion_ray STAND-IN for {name} ({variant} variant): NOT a real model. "
-                   "Same input/output names, shapes, dtypes and value ranges as the real model, "
-                   "deterministic made-up weights; for tests and benchmarks only.")
-    onnx_graph = helper.make_graph(graph.nodes, f"fusion_ray_standin_{name}", inputs, outputs,
-                                   initializer=[*graph.initializers, *extra_initializers],
-                                   doc_string=description)
-    model = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="fusion_ray.standins", producer_version=BUILDER_VERSION,
-                              doc_string=description)
-    model.ir_version = IR_VERSION
-    props = {
-        f"{META_PREFIX}stand_in": "true",
-        f"{META_PREFIX}stand_in_of": name,
-        f"{META_PREFIX}variant": variant,
-        f"{META_PREFIX}seed": str(seed),
-        f"{META_PREFIX}builder_version": BUILDER_VERSION,
-    }
-    if name in REAL_MODEL_GFLOPS:
-        props[f"{META_PREFIX}real_model_gflops"] = f"{REAL_MODEL_GFLOPS[name]:g}"
-    helper.set_model_props(model, props)
-    onnx.checker.check_model(model)
-    return model
 
 
 # --------------------------------------------------------------------------------------------

@@ -153,7 +153,7 @@ def build_quality_standins(directory: Path, *, seed: int = 0) -> dict[str, Path]
 
 def make_quality_standin(name: str, *, variant: str = "light", seed: int = 0) -> onnx.ModelProto:
     """The stand-in for one of :data:`QUALITY_STANDIN_NAMES` (light only)."""
-    from fusion_ray.models.standins import finish_standin
+    from fusion_ray.models.onnx_graph import finish_standin
 
     if variant != "light":
         raise ModelError(f"{name}: only a 'light' stand-in exists, got variant {variant!r}")

@@ -38,6 +38,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from fusion_ray.errors import DownloadError, ModelError, ModelIntegrityError, ModelMissingError
+from fusion_ray.fsutil import user_cache_dir
 from fusion_ray.models.download import DEFAULT_TIMEOUT_S, Downloader, ProgressCallback
 from fusion_ray.models.hashes import (
     CHUNK_SIZE,
@@ -68,15 +69,6 @@ ENV_MODELS_DIR = "FUSION_RAY_MODELS"
 
 
 # --------------------------------------------------------------------------- directories
-
-
-def user_cache_dir(env: Mapping[str, str] | None = None) -> Path:
-    """fusion_ray's per-user cache: ``$XDG_CACHE_HOME/fusion_ray`` (``~/.cache`` when unset)."""
-    environ: Mapping[str, str] = os.environ if env is None else env
-    xdg = environ.get("XDG_CACHE_HOME", "").strip()
-    # The XDG spec says relative paths are invalid and must be ignored.
-    cache = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
-    return cache / "fusion_ray"
 
 
 def resolve_models_dir(explicit: Path | None = None, env: Mapping[str, str] | None = None) -> Path:

@@ -59,7 +59,7 @@ def select_indices(bbox_xyxy: np.ndarray, mode: str, *, index: int = 0,
                    ) -> list[int]:
     """Which faces to swap, as positions into ``bbox_xyxy`` (n, 4), in ``order``: the one
     decision every path makes (per frame: :func:`select_faces`; per track:
-    :class:`fusion_ray.core.track_select.TrackSelection` calls it on a frame's tracked faces).
+    :class:`fusion_ray.core.tracking.select.TrackSelection` calls it on a frame's tracked faces).
 
     ``all``: every face; ``largest``: the one with the biggest box (the first in reading order on
     a tie); ``index``: the ``index``-th face in reading order (none if out of range);

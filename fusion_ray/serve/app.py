@@ -24,13 +24,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from fusion_ray import __version__
 from fusion_ray.live.localhost import live_page
 from fusion_ray.live.transport import StarletteTransport
-from fusion_ray.serve.chain import DOWNSTREAM_ERRORS, downstream_error
 from fusion_ray.serve.deployments import (
     DetectorDeployment,
     EnhancerDeployment,
     ServiceStateDeployment,
     SwapperDeployment,
 )
+from fusion_ray.serve.downstream import DOWNSTREAM_ERRORS, downstream_error
 from fusion_ray.serve.fused import FusedDeployment
 from fusion_ray.serve.ingress import IngressCore
 from fusion_ray.serve.limits import ApiError, clip

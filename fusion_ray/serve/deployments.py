@@ -38,7 +38,7 @@ from fusion_ray.config import EngineConfig
 from fusion_ray.core import identity
 from fusion_ray.core.frames import FrameChain, FrameJob, FrameState
 from fusion_ray.core.modelset import Component, ModelInfo, ModelSet
-from fusion_ray.core.sources import SourceStore
+from fusion_ray.core.source_store import SourceStore
 from fusion_ray.core.steps import Phase
 from fusion_ray.live.backend import SourceStatus
 from fusion_ray.serve.batching import AdaptiveWait

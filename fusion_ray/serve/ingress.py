@@ -10,8 +10,8 @@ Request path of ``POST /v1/swap``::
       fused: Fused.process (the whole chain in one replica, batched across requests and streams)
     -> encode -> response
 
-Remote calls go through :class:`~fusion_ray.serve.chain.Downstream`, the ingress' own chain
-work through :class:`~fusion_ray.serve.chain.LocalStages`; every stage is timed once
+Remote calls go through :class:`~fusion_ray.serve.downstream.Downstream`, the ingress' own chain
+work through :class:`~fusion_ray.serve.downstream.LocalStages`; every stage is timed once
 (:class:`~fusion_ray.serve.timing.Timings`) for both the Server-Timing header and /metrics.
 """
 
@@ -27,13 +27,13 @@ from typing import Any, Protocol
 from fastapi.responses import JSONResponse, Response
 
 from fusion_ray.core.chain import Selection
+from fusion_ray.core.facefusion_options import configured
 from fusion_ray.core.frames import FrameDone
 from fusion_ray.core.provenance import Provenance
-from fusion_ray.facefusion_options import configured
 from fusion_ray.imageio import FORMAT_CHANGES_KEY, LoadedImage, encode_image, format_changes
 from fusion_ray.live.hub import LiveHub
 from fusion_ray.serve.auth import BearerAuth, metrics_public
-from fusion_ray.serve.chain import Downstream, LocalStages
+from fusion_ray.serve.downstream import Downstream, LocalStages
 from fusion_ray.serve.forms import Form, Part, read_form
 from fusion_ray.serve.images import ImageHeader, decode
 from fusion_ray.serve.limits import (

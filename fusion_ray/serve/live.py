@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from fusion_ray.core.chain import Selection
+from fusion_ray.core.facefusion_options import configured
 from fusion_ray.core.provenance import Provenance
-from fusion_ray.facefusion_options import configured
 from fusion_ray.live.backend import FramePlan, Processed, SourceStatus, StreamRefused
 from fusion_ray.live.follow import StreamFollower
 from fusion_ray.live.ladder import is_costly, without_costly

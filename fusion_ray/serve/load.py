@@ -125,8 +125,8 @@ def _percentile(values: list[float], q: float) -> float:
 
 def measure_engine(engine_cfg: EngineConfig, plan: LoadPlan) -> tuple[float, float, tuple[int, ...], list[str]]:
     """p50 of process_frame, and of decode + process_frame + encode, in-process on all CPUs."""
-    from fusion_ray.engine import Engine
     from fusion_ray.imageio import decode_image, encode_image, read_image
+    from fusion_ray.runners.inline import Engine
 
     engine = Engine.load(engine_cfg, cpu_budget=float(os.cpu_count() or 1))
     identity = engine.prepare_source([read_image(plan.source).frame])

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from fusion_ray.engine import ModelInfo
+from fusion_ray.runners.inline import ModelInfo
 from fusion_ray.serve.limits import InflightLimiter, UploadLimiter
 from fusion_ray.serve.schemas import Readiness
 

@@ -32,8 +32,8 @@ import numpy as np
 
 from fusion_ray.core.frames import FrameChain, FrameDone, FrameJob, FrameRequest, FrameState
 from fusion_ray.core.steps import Phase
-from fusion_ray.serve.chain import Downstream, LocalStages
 from fusion_ray.serve.deployments import SPLIT_PARTS, SplitPart
+from fusion_ray.serve.downstream import Downstream, LocalStages
 from fusion_ray.serve.limits import ApiError
 from fusion_ray.serve.metrics import step_seconds
 from fusion_ray.serve.timing import Timings

@@ -1,7 +1,7 @@
 """FaceFusion's per-request options on the service: what a request may ask, and the models loaded for it.
 
 A ``POST /v1/swap`` form and a live start message carry the same
-:class:`~fusion_ray.facefusion_options.FaceFusionOptions` (FaceFusion's names). They vary what
+:class:`~fusion_ray.core.facefusion_options.FaceFusionOptions` (FaceFusion's names). They vary what
 costs no new model: masks, pixel boost, weights, blends, the landmarker score. The models are
 the service's, loaded at its start: a request naming another one gets a 422 naming the one the
 service runs. What costs a lot is capped by ``limits`` (403 ``over_cap`` naming the cap):
@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from fusion_ray.config import EngineConfig
-from fusion_ray.core.modelset import Component, mask_model_names
-from fusion_ray.core.steps import Chain, Phase, required_components
-from fusion_ray.errors import ConfigError
-from fusion_ray.facefusion_options import (
+from fusion_ray.core.facefusion_options import (
     FaceFusionOptions,
     check_options_used,
     check_served,
     configured,
 )
+from fusion_ray.core.modelset import Component, mask_model_names
+from fusion_ray.core.steps import Chain, Phase, required_components
+from fusion_ray.errors import ConfigError
 from fusion_ray.options_table import MODEL_MASKS, OPTIONS, Cap, pixels
 from fusion_ray.serve.limits import ApiError
 from fusion_ray.serve.settings import LimitsSettings, ServeSettings

@@ -8,7 +8,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fusion_ray.facefusion_options import FaceFusionOptions
+from fusion_ray.core.facefusion_options import FaceFusionOptions
 from fusion_ray.options_table import LIST_OPTIONS, Cap
 from fusion_ray.serve.forms import Form, Part
 from fusion_ray.serve.images import ImageHeader, check_image
@@ -27,7 +27,7 @@ SUFFIXES = {"png": ".png", "jpeg": ".jpg"}
 
 class SwapOptions(FaceFusionOptions):
     """Text fields of ``POST /v1/swap`` (besides the ``target`` and ``source`` files), with
-    FaceFusion's per-request options (:class:`~fusion_ray.facefusion_options.FaceFusionOptions`)."""
+    FaceFusion's per-request options (:class:`~fusion_ray.core.facefusion_options.FaceFusionOptions`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -20,7 +20,7 @@ from fusion_ray.bench import (
 from fusion_ray.cli import main
 from fusion_ray.config import DetectorConfig, EngineConfig, ModelsConfig, RuntimeConfig
 from fusion_ray.errors import ModelMissingError
-from fusion_ray.pipeline.config import PipelineConfig
+from fusion_ray.jobs.config import PipelineConfig
 
 ALL_BATCHES = (1, 2, 4, 8, 16, 32)
 

@@ -6,7 +6,7 @@ import cv2
 
 from fusion_ray.bench.images import make_image_set
 from fusion_ray.bench.jobs import Run, job_args, make_clips, pipeline_yaml
-from fusion_ray.pipeline.config import load_job_config
+from fusion_ray.jobs.config import load_job_config
 from fusion_ray.video import probe
 
 

@@ -19,8 +19,8 @@ from fusion_ray.bench.tracking import (
     to_markdown,
 )
 from fusion_ray.bench.tracking_clips import crossing_clip, group_clip, make_sprite, motion_clip
-from fusion_ray.core.tracking import FrameFaces
-from fusion_ray.core.tracking_config import TrackingConfig
+from fusion_ray.config import TrackingConfig
+from fusion_ray.core.tracking.tracks import FrameFaces
 from fusion_ray.imageio import read_image
 
 

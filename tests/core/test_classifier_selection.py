@@ -11,11 +11,11 @@ import onnxruntime as ort
 import pytest
 
 from fusion_ray.config import EngineConfig, ModelsConfig, RuntimeConfig, SelectionConfig
-from fusion_ray.engine import Engine, required_components
 from fusion_ray.imageio import read_image
 from fusion_ray.models.face_classifier import FairFaceClassifier, kept_by_attributes
 from fusion_ray.models.hashes import write_hash_record
 from fusion_ray.models.standins import build_standin
+from fusion_ray.runners.inline import Engine, required_components
 
 CPU = RuntimeConfig(providers=["cpu"])
 

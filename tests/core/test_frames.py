@@ -13,9 +13,9 @@ from fusion_ray.config import (
 )
 from fusion_ray.core import chain
 from fusion_ray.core.frames import FrameChain, FrameJob, FrameRequest
-from fusion_ray.engine import Engine
 from fusion_ray.imageio import read_image
 from fusion_ray.live.follow import StreamFollower
+from fusion_ray.runners.inline import Engine
 
 
 @pytest.fixture(scope="module")
@@ -111,9 +111,9 @@ def test_a_job_and_its_follower_cross_a_process_boundary(engine, photos):
 def test_each_frame_has_its_own_facefusion_options(engine, photos):
     """A batch mixing request options (box padding and blur, area masks on dlib's 68 points, the
     landmarker score) equals the engine configured with the same options by the one mapping
-    (fusion_ray.facefusion_options), frame by frame; frames with the same options run together."""
+    (fusion_ray.core.facefusion_options), frame by frame; frames with the same options run together."""
     pytest.importorskip("dlib", reason="the dlib_68 landmarker needs the [landmarks] extra")
-    from fusion_ray.facefusion_options import FaceFusionOptions, configured
+    from fusion_ray.core.facefusion_options import FaceFusionOptions, configured
 
     cfg = engine.cfg.model_copy(update={"landmarker": engine.cfg.landmarker.model_copy(update={"model": "dlib_68"})})
     models = Engine.load(cfg, components=["detector", "landmarker"], cpu_budget=1).models
@@ -134,7 +134,7 @@ def test_each_frame_has_its_own_facefusion_options(engine, photos):
 
 
 def test_options_that_make_an_invalid_config_fail_their_frame_only(engine, photos):
-    from fusion_ray.facefusion_options import FaceFusionOptions
+    from fusion_ray.core.facefusion_options import FaceFusionOptions
 
     obama = engine.prepare_source([photos["obama"]])
     boost = FaceFusionOptions(face_swapper_pixel_boost="256x256")  # the classic swapper has no pixel boost
@@ -150,7 +150,7 @@ def test_a_frames_enhancer_weight_reaches_the_enhancer(rows_models_config, photo
     """face_enhancer_weight per request: the codeformer STAND-IN (labelled, not a real model; its
     output moves with its weight input) enhances with the request's weight, in the fused chain
     and in the engine configured with it (the inline path), not the weight it was loaded with."""
-    from fusion_ray.facefusion_options import FaceFusionOptions, configured
+    from fusion_ray.core.facefusion_options import FaceFusionOptions, configured
 
     cfg = EngineConfig(models=rows_models_config.model_copy(update={"enhancer": "codeformer"}),
                        runtime=RuntimeConfig(providers=["cpu"]), swap=SwapConfig(swapper="classic"))
@@ -172,7 +172,7 @@ def test_a_frames_detector_angles_are_its_options(engine, photos):
     upright only on the frame whose options turn it back."""
     import cv2
 
-    from fusion_ray.facefusion_options import FaceFusionOptions
+    from fusion_ray.core.facefusion_options import FaceFusionOptions
 
     frames = FrameChain(engine.cfg, engine.models)
     obama = engine.prepare_source([photos["obama"]])

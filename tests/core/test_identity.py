@@ -10,9 +10,9 @@ import pytest
 from fusion_ray.config import EngineConfig, ModelsConfig, RuntimeConfig, SwapConfig
 from fusion_ray.core import identity
 from fusion_ray.core.layout import source_crop_layout
-from fusion_ray.engine import Engine
 from fusion_ray.imageio import read_image
 from fusion_ray.ops.align import align_face
+from fusion_ray.runners.inline import Engine
 from tests.models.session_helpers import recording
 
 CPU = RuntimeConfig(providers=["cpu"])

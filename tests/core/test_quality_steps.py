@@ -24,13 +24,13 @@ from fusion_ray.core.facebatch import FaceBatch, FrameBatch
 from fusion_ray.core.modelset import ModelSet
 from fusion_ray.core.quality_steps import area_mask_step, landmark_step, mouth_mask_step
 from fusion_ray.core.steps import Chain, Rows, Tools, required_components, run_steps
-from fusion_ray.engine import Engine
 from fusion_ray.errors import ModelMissingError
 from fusion_ray.imageio import read_image
 from fusion_ray.models.hashes import write_hash_record
 from fusion_ray.models.standins_quality import build_quality_standins
 from fusion_ray.ops.face_masks import area_masks, mouth_paste_masks
 from fusion_ray.ops.landmarks import landmarks_68_to_5
+from fusion_ray.runners.inline import Engine
 
 CPU = RuntimeConfig(providers=["cpu"])
 CLASSIC = SwapConfig(swapper="classic")

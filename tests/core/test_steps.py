@@ -12,8 +12,8 @@ from fusion_ray.config import EngineConfig, EnhanceConfig, RuntimeConfig, SwapCo
 from fusion_ray.core import steps
 from fusion_ray.core.facebatch import FaceBatch, FrameBatch
 from fusion_ray.core.steps import Chain, Rows, Step, Tools
-from fusion_ray.engine import Engine
 from fusion_ray.imageio import read_image
+from fusion_ray.runners.inline import Engine
 
 CPU = RuntimeConfig(providers=["cpu"])
 
@@ -82,7 +82,7 @@ def test_without_it_the_faces_are_pasted(setup):
 def test_an_added_mask_step_reaches_the_ray_stages(setup, with_shut_step):
     """Without Ray: the stages the Ray runner places, called on a dict batch. The step lands in
     the detect stage and its masks travel to the paste stage in the face_mask column."""
-    from fusion_ray.pipeline.stages import chain_stages
+    from fusion_ray.jobs.stages import chain_stages
 
     cfg, frame, identity = setup
     stages = chain_stages(cfg, {"default": identity}, cpu_budget=1)
@@ -95,7 +95,7 @@ def test_an_added_mask_step_reaches_the_ray_stages(setup, with_shut_step):
 
 
 def test_an_added_mask_step_reaches_the_local_runner(setup, with_shut_step, images_dir, scrfd_path, tmp_path):
-    from fusion_ray.pipeline.job import JobItem, run_job
+    from fusion_ray.runners.job import JobItem, run_job
     from tests.runners.conftest import job_config
 
     _, frame, _ = setup

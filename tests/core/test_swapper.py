@@ -21,13 +21,13 @@ from fusion_ray.core.swapper import (
     crop_key,
     swap_backend,
 )
-from fusion_ray.engine import Engine
 from fusion_ray.errors import ConfigError
 from fusion_ray.imageio import read_image
 from fusion_ray.models.registry import get_spec
 from fusion_ray.ops.color import LabSource, color_transfer
 from fusion_ray.ops.pixel_boost import merge_tiles, split_tiles
 from fusion_ray.ops.source_weight import balance_embedding
+from fusion_ray.runners.inline import Engine
 from fusion_ray.types import SourceIdentity
 from tests.models.session_helpers import recording
 

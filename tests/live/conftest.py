@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from fusion_ray.config import EngineConfig, RuntimeConfig, SwapConfig
-from fusion_ray.engine import Engine
 from fusion_ray.imageio import read_image
+from fusion_ray.runners.inline import Engine
 from fusion_ray.video.decode import decode_all
 from fusion_ray.video.synthetic import make_test_video
 

@@ -9,8 +9,8 @@ import pytest
 from fusion_ray.live.client import LiveClientError
 from fusion_ray.live.config import LiveConfig
 from fusion_ray.live.direct import DirectConnection, run_direct
+from fusion_ray.live.frame_sources import JpegClip, encode_frame
 from fusion_ray.live.hub import LiveHub
-from fusion_ray.live.sources import JpegClip, encode_frame
 from fusion_ray.live.transport import TransportClosed
 from tests.live.helpers import ScriptedBackend, ScriptedProcessor, jpeg
 

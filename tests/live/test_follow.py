@@ -4,8 +4,8 @@ import numpy as np
 
 from fusion_ray.config import TrackingConfig
 from fusion_ray.core.facebatch import FaceBatch
-from fusion_ray.core.redetect import RoiResult
-from fusion_ray.core.tracking import FrameFaces
+from fusion_ray.core.tracking.redetect import RoiResult
+from fusion_ray.core.tracking.tracks import FrameFaces
 from fusion_ray.live.follow import StreamFollower
 
 HW = (360, 640)

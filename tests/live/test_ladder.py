@@ -3,7 +3,7 @@
 import pytest
 
 from fusion_ray.config import EngineConfig
-from fusion_ray.facefusion_options import FaceFusionOptions, configured
+from fusion_ray.core.facefusion_options import FaceFusionOptions, configured
 from fusion_ray.live.config import LEVEL_NAMES, LadderConfig
 from fusion_ray.live.ladder import (
     Degradation,

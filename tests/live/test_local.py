@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from fusion_ray.config import EngineConfig, RuntimeConfig, SwapConfig
-from fusion_ray.engine import Engine
-from fusion_ray.facefusion_options import configured
+from fusion_ray.core.facefusion_options import configured
 from fusion_ray.imageio import read_image
 from fusion_ray.live.backend import FramePlan, StreamRefused
 from fusion_ray.live.local import EngineBackend
 from fusion_ray.live.protocol import StartMessage
 from fusion_ray.models.hashes import write_hash_record
 from fusion_ray.models.standins_quality import build_quality_standins
+from fusion_ray.runners.inline import Engine
 
 
 @pytest.fixture(scope="module")

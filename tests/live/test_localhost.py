@@ -19,11 +19,11 @@ from fusion_ray.imageio import read_image
 from fusion_ray.live.backend import FramePlan
 from fusion_ray.live.client import LiveClientError, register_source, run_stream
 from fusion_ray.live.config import LiveConfig
+from fusion_ray.live.frame_sources import JpegClip, encode_frame
 from fusion_ray.live.hub import LiveHub
 from fusion_ray.live.local import EngineBackend
 from fusion_ray.live.localhost import LocalServer
 from fusion_ray.live.protocol import StartMessage, pack_frame, unpack_frame
-from fusion_ray.live.sources import JpegClip, encode_frame
 from fusion_ray.video.synthetic import make_test_video
 from tests.live.conftest import face_clip
 

@@ -18,7 +18,7 @@ from fusion_ray.config import (
     SwapConfig,
 )
 from fusion_ray.imageio import read_image
-from fusion_ray.pipeline.config import JobConfig, LocalConfig, PipelineConfig
+from fusion_ray.jobs.config import JobConfig, LocalConfig, PipelineConfig
 from fusion_ray.video import EncodeOptions, make_corrupt_video, make_test_video
 
 NO_FACE = (10, 11, 12, 30)

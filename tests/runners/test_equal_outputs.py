@@ -33,14 +33,14 @@ import pytest
 import requests
 
 from fusion_ray.config import MaskConfig
-from fusion_ray.engine import Engine
-from fusion_ray.facefusion_options import MODEL_MASKS
+from fusion_ray.core.facefusion_options import MODEL_MASKS
 from fusion_ray.imageio import read_image
+from fusion_ray.jobs.config import JobConfig
 from fusion_ray.live.client import register_source, run_stream
+from fusion_ray.live.frame_sources import JpegClip
 from fusion_ray.live.media import encode_jpeg
-from fusion_ray.live.sources import JpegClip
-from fusion_ray.pipeline.config import JobConfig
-from fusion_ray.pipeline.job import JobItem, plan_job, run_job
+from fusion_ray.runners.inline import Engine
+from fusion_ray.runners.job import JobItem, plan_job, run_job
 from fusion_ray.video import decode_all, decode_segment, encode_segment, is_video_file
 from tests.procs import free_port
 from tests.runners.conftest import AREA_AND_MOUTH, OCCLUSION_AND_REGION, job_config

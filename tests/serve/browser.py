@@ -63,7 +63,7 @@ def run_live_page(base: str, token: str, frames: list[np.ndarray], source: Path,
 
 def face_detector(models_config):
     from fusion_ray.config import EngineConfig, RuntimeConfig
-    from fusion_ray.engine import Engine
+    from fusion_ray.runners.inline import Engine
 
     cfg = EngineConfig(models=models_config, runtime=RuntimeConfig(providers=["cpu"]))
     return Engine.load(cfg, components=["detector"], cpu_budget=1)

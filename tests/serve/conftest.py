@@ -4,8 +4,8 @@ their identities (a module that needs another engine defines its own ``engine``)
 import pytest
 
 from fusion_ray.config import EngineConfig, RuntimeConfig
-from fusion_ray.engine import Engine
 from fusion_ray.imageio import decode_image
+from fusion_ray.runners.inline import Engine
 
 
 @pytest.fixture(scope="module")

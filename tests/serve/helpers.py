@@ -14,7 +14,7 @@ import cv2
 import numpy as np
 import requests
 
-from fusion_ray.engine import Engine
+from fusion_ray.runners.inline import Engine
 from fusion_ray.serve.ingress import IngressCore
 from fusion_ray.serve.metrics import parse_exposition
 from fusion_ray.serve.settings import parse_settings

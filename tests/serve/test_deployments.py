@@ -12,10 +12,10 @@ import pytest
 
 from fusion_ray.config import EngineConfig, RuntimeConfig
 from fusion_ray.core.chain import Selection
+from fusion_ray.core.facefusion_options import NO_OPTIONS, FaceFusionOptions
 from fusion_ray.core.frames import FrameChain, FrameJob, FrameRequest, FrameState
 from fusion_ray.core.modelset import ModelSet
 from fusion_ray.core.swapper import swap_backend
-from fusion_ray.facefusion_options import NO_OPTIONS, FaceFusionOptions
 from fusion_ray.imageio import read_image
 from fusion_ray.serve.deployments import embed_batch, source_face
 from fusion_ray.serve.settings import ServeSettings
@@ -51,12 +51,12 @@ OPTIONS = [
 
 
 def test_the_split_parts_in_turn_give_the_fused_pixels_for_a_batch_of_mixed_options(split_service, images_dir):
-    from fusion_ray.serve.chain import LocalStages
     from fusion_ray.serve.deployments import (
         DetectorDeployment,
         EnhancerDeployment,
         SwapperDeployment,
     )
+    from fusion_ray.serve.downstream import LocalStages
     from fusion_ray.serve.fused import FusedDeployment
     from fusion_ray.serve.placement import _without_frame
 
@@ -164,12 +164,12 @@ def test_the_split_chain_ships_no_frame_to_the_model_parts_and_skips_them_withou
     frame with no face never reaches them; a part that fails is a 500."""
     import asyncio
 
-    from fusion_ray.serve.chain import Downstream, LocalStages
     from fusion_ray.serve.deployments import (
         DetectorDeployment,
         EnhancerDeployment,
         SwapperDeployment,
     )
+    from fusion_ray.serve.downstream import Downstream, LocalStages
     from fusion_ray.serve.fused import FusedDeployment
     from fusion_ray.serve.limits import ApiError
     from fusion_ray.serve.metrics import MetricsRecorder

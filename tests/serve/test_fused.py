@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 
 from fusion_ray.core import chain
+from fusion_ray.core.facefusion_options import NO_OPTIONS, FaceFusionOptions, configured
 from fusion_ray.core.frames import FrameJob, FrameRequest
-from fusion_ray.engine import Engine
-from fusion_ray.facefusion_options import NO_OPTIONS, FaceFusionOptions, configured
 from fusion_ray.imageio import read_image
 from fusion_ray.models.hashes import write_hash_record
 from fusion_ray.models.standins_quality import build_quality_standins
+from fusion_ray.runners.inline import Engine
 from fusion_ray.serve.fused import FusedDeployment
 from fusion_ray.serve.settings import ServeSettings
 

@@ -81,7 +81,7 @@ def test_the_ingress_reads_bodies_within_receive_timeout():
 
 
 def test_metrics_say_which_precision_each_model_runs_at():
-    from fusion_ray.engine import ModelInfo
+    from fusion_ray.runners.inline import ModelInfo
 
     core = ingress_core()
     info = {"scrfd_2.5g": ModelInfo("scrfd_2.5g", "/m/scrfd.onnx", "verified", ("CPUExecutionProvider",), False, "int8"),

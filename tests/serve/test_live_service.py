@@ -20,8 +20,8 @@ from websockets.asyncio.client import connect
 
 from fusion_ray.imageio import read_image
 from fusion_ray.live.client import register_source, run_stream
+from fusion_ray.live.frame_sources import JpegClip, encode_frame
 from fusion_ray.live.protocol import pack_frame, unpack_frame
-from fusion_ray.live.sources import JpegClip, encode_frame
 from fusion_ray.serve.metrics import parse_exposition
 from fusion_ray.video.decode import decode_all
 from fusion_ray.video.synthetic import make_test_video
@@ -205,8 +205,8 @@ def test_http_swap_runs_the_classic_swapper_as_the_image_command_does(http, sour
     import requests
 
     from fusion_ray.config import EngineConfig, RuntimeConfig, SwapConfig
-    from fusion_ray.engine import Engine
     from fusion_ray.imageio import decode_image, read_png_text
+    from fusion_ray.runners.inline import Engine
 
     target, source = (images_dir / "biden.jpg").read_bytes(), (images_dir / "obama.jpg").read_bytes()
     response = requests.post(f"{http}/v1/swap", files=[("target", ("biden.jpg", target, "image/jpeg"))],

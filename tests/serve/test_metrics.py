@@ -35,7 +35,7 @@ def test_metrics_merge_and_exposition():
 
 
 def test_a_fused_batch_records_each_steps_busy_time():
-    from fusion_ray.serve.chain import Downstream
+    from fusion_ray.serve.downstream import Downstream
 
     rec = MetricsRecorder()
     downstream = Downstream((None, None, None, None), timeout_s=1.0, retry_headers={}, metrics=rec)

@@ -6,7 +6,7 @@ import asyncio
 
 
 def test_readiness_without_the_token_names_no_paths_or_errors():
-    from fusion_ray.engine import ModelInfo
+    from fusion_ray.runners.inline import ModelInfo
     from fusion_ray.serve.ops import readiness
 
     info = {"scrfd_2.5g": ModelInfo(name="scrfd_2.5g", path="/srv/models/scrfd.onnx", status="loaded",

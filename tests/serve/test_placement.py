@@ -19,12 +19,12 @@ import pytest
 import requests
 
 from fusion_ray.config import EngineConfig, RuntimeConfig, SwapConfig
-from fusion_ray.engine import Engine
-from fusion_ray.facefusion_options import FaceFusionOptions, configured
+from fusion_ray.core.facefusion_options import FaceFusionOptions, configured
 from fusion_ray.imageio import read_image
 from fusion_ray.live.client import register_source, run_stream
+from fusion_ray.live.frame_sources import JpegClip
 from fusion_ray.live.media import encode_jpeg
-from fusion_ray.live.sources import JpegClip
+from fusion_ray.runners.inline import Engine
 from fusion_ray.serve.metrics import parse_exposition
 from tests.procs import free_port
 
@@ -194,7 +194,7 @@ def test_a_fused_stream_at_level_3_swaps_every_frame_it_delivers(fused_level2, i
     the follower crosses to the replica and back and follows there: tests/core/test_frames.py)."""
     from fractions import Fraction
 
-    from fusion_ray.live.sources import encode_frame
+    from fusion_ray.live.frame_sources import encode_frame
     from fusion_ray.video.decode import decode_all
     from fusion_ray.video.synthetic import make_test_video
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from urllib3 import encode_multipart_formdata
 
+from fusion_ray.core.facefusion_options import FACEFUSION_OPTIONS, FaceFusionOptions
 from fusion_ray.errors import ConfigError
-from fusion_ray.facefusion_options import FACEFUSION_OPTIONS, FaceFusionOptions
 from fusion_ray.serve.forms import parse_multipart
 from fusion_ray.serve.limits import ApiError
 from fusion_ray.serve.quality import (
@@ -125,7 +125,7 @@ def test_an_option_the_service_would_not_use_is_422_naming_why(engine, options, 
 ])
 def test_an_option_for_a_step_that_does_not_run_is_422(options, words):
     """The service answered these with the plain request's bytes; the rule is every surface's
-    (fusion_ray.facefusion_options.unused_options)."""
+    (fusion_ray.core.facefusion_options.unused_options)."""
     with pytest.raises(ApiError) as err:
         ask(options)
     assert (err.value.status, err.value.code) == (422, "invalid_option") and words in err.value.detail

@@ -23,7 +23,7 @@ import pytest
 import requests
 
 from fusion_ray.config import EnhanceConfig, SelectionConfig
-from fusion_ray.facefusion_options import FACEFUSION_OPTIONS
+from fusion_ray.core.facefusion_options import FACEFUSION_OPTIONS
 from fusion_ray.imageio import decode_image, encode_image, read_jpeg_comments, read_png_text
 from fusion_ray.serve.metrics import histogram_max_bucket
 from tests.procs import free_port

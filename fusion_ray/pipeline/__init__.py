@@ -1,1 +1,0 @@
-"""Ray Data pipeline: stage classes over numpy batches, datasource, ordered sink, jobs."""
