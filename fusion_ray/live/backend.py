@@ -12,6 +12,9 @@ from typing import Protocol
 
 import numpy as np
 
+from fusion_ray.core.chain import Selection
+from fusion_ray.core.facefusion_options import FaceFusionOptions
+from fusion_ray.core.frames import Follower, FrameRequest
 from fusion_ray.errors import FusionRayError
 from fusion_ray.live.protocol import StartMessage
 from fusion_ray.types import Frame
@@ -44,6 +47,13 @@ class FramePlan:
     landmarks: np.ndarray | None = None
     detector_size: int | None = None
     costly: bool = True
+
+    def request(self, frame: Frame, selection: Selection, *, enhance_blend: float | None, follower: Follower,
+                options: FaceFusionOptions, light: FaceFusionOptions) -> FrameRequest:
+        """The chain's request for ``frame`` under this plan: a stream's ``options`` while the level
+        keeps the costly ones, else its ``light`` options; its enhancer blend where it enhances."""
+        return FrameRequest(frame, selection, enhance_blend if self.enhance else None, self.detector_size,
+                            self.seq, self.landmarks is not None, follower, options if self.costly else light)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import threading
 
 from fusion_ray.core import chain
 from fusion_ray.core.facefusion_options import check_options_used, check_served, configured
-from fusion_ray.core.frames import FrameChain, FrameJob, FrameRequest
+from fusion_ray.core.frames import FrameChain, FrameJob
 from fusion_ray.core.source_store import SourceStore
 from fusion_ray.core.steps import required_components
 from fusion_ray.errors import ConfigError
@@ -123,10 +123,8 @@ class EngineStreamProcessor:
         """The frame through :class:`FrameChain` with the plan's detection choices; finding the
         faces holds the stream's follower, the rest of the chain does not."""
         check_frame(frame)
-        request = FrameRequest(frame, self.selection,
-                               self.blend if plan.enhance else None, plan.detector_size, plan.seq,
-                               plan.landmarks is not None, self.follower,
-                               self.options if plan.costly else self.light)
+        request = plan.request(frame, self.selection, enhance_blend=self.blend, follower=self.follower,
+                               options=self.options, light=self.light)
         job = FrameJob(request, self.start.source_id, self.identity)
         with self._follow_lock:
             found = self.backend.chain.faces(job)

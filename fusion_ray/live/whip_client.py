@@ -191,12 +191,17 @@ async def publish(url: str, token: str | None, frames: Iterable[np.ndarray] | As
     finally:
         report.replaced = track.replaced
         track.stop()
-        if reading is not None:
-            reading.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reading
+        await _stop(reading)
         await session.close()
     return report
+
+
+async def _stop(reading: asyncio.Task[None] | None) -> None:
+    """Cancel a reading task and wait until it has ended."""
+    if reading is not None:
+        reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading
 
 
 async def play(url: str, token: str | None = None, *, seconds: float, on_frame: FrameCallback | None = None,
@@ -217,10 +222,7 @@ async def play(url: str, token: str | None = None, *, seconds: float, on_frame: 
         await asyncio.wait([reading], timeout=seconds)
         report.duration_s = time.perf_counter() - started
     finally:
-        if reading is not None:
-            reading.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reading
+        await _stop(reading)
         await session.close()
     return report
 

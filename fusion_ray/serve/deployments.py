@@ -159,8 +159,27 @@ class _BatchedPart:
         return results
 
 
+class BatchedEmbedding:
+    """Source embedding batched across requests, for the deployment that holds the embedder (the
+    split placement's Swapper, the fused deployment): ``models``, ``cfg`` and ``embed_wait`` are
+    set by the deployment's ``__init__``."""
+
+    models: ModelSet
+    cfg: EngineConfig
+    embed_wait: AdaptiveWait
+
+    async def embed(self, faces: list[identity.SourceFace]) -> dict[str, Any]:
+        """One request: the source faces of its source images -> one identity (embedding batched)."""
+        _set_wait(self._embed_batched, self.embed_wait.arrival(time.monotonic()))
+        return await self._embed_batched(faces)  # type: ignore[arg-type,no-any-return]
+
+    @serve.batch
+    async def _embed_batched(self, requests: list[list[identity.SourceFace]]) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(embed_batch, self.models, self.cfg, requests)
+
+
 @serve.deployment(name="Swapper")
-class SwapperDeployment:
+class SwapperDeployment(BatchedEmbedding):
     """GPU: the split placement's ``swap`` part (the swap and the swapped-crop masks) batched over
     every face of the requests in a batch, and batched source embedding."""
 
@@ -188,15 +207,6 @@ class SwapperDeployment:
     async def _swap_batched(self, jobs: list[FrameJob], states: list[FrameState]) -> list[dict[str, Any]]:  # type: ignore[misc]
         # The model call leaves the event loop free, so the next batch can gather meanwhile.
         return await asyncio.to_thread(self.part.run, jobs, states)
-
-    async def embed(self, faces: list[identity.SourceFace]) -> dict[str, Any]:
-        """One request: the source faces of its source images -> one identity (embedding batched)."""
-        _set_wait(self._embed_batched, self.embed_wait.arrival(time.monotonic()))
-        return await self._embed_batched(faces)  # type: ignore[arg-type,no-any-return]
-
-    @serve.batch
-    async def _embed_batched(self, requests: list[list[identity.SourceFace]]) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(embed_batch, self.models, self.cfg, requests)
 
     def model_info(self) -> dict[str, ModelInfo]:
         return dict(self.models.info)

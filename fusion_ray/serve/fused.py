@@ -30,11 +30,11 @@ from fusion_ray.core import identity
 from fusion_ray.core.frames import FrameChain, FrameDone, FrameJob
 from fusion_ray.core.modelset import Component, ModelInfo, ModelSet
 from fusion_ray.serve.deployments import (
+    BatchedEmbedding,
     _adaptive,
     _batch_record,
     _configure_batching,
     _set_wait,
-    embed_batch,
     embedding_components,
     source_face,
 )
@@ -67,7 +67,7 @@ def fused_components(settings: ServeSettings) -> list[Component]:
 
 
 @serve.deployment(name="Fused")
-class FusedDeployment:
+class FusedDeployment(BatchedEmbedding):
     """Every model of the chain in one replica; whole frames batched across requests and streams."""
 
     def __init__(self, settings: ServeSettings, state: Any = None) -> None:
@@ -108,14 +108,6 @@ class FusedDeployment:
 
     def source_face(self, frame: np.ndarray) -> identity.SourceFace | None:
         return source_face(self.models, self.cfg, frame)
-
-    async def embed(self, faces: list[identity.SourceFace]) -> dict[str, Any]:
-        _set_wait(self._embed_batched, self.embed_wait.arrival(time.monotonic()))
-        return await self._embed_batched(faces)  # type: ignore[arg-type,no-any-return]
-
-    @serve.batch
-    async def _embed_batched(self, requests: list[list[identity.SourceFace]]) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(embed_batch, self.models, self.cfg, requests)
 
     async def webrtc_publish(self, offer: str, prepared: PreparedStream) -> dict[str, Any]:
         """A WHIP offer answered here: this replica holds the session (see :mod:`fusion_ray.serve.webrtc`)."""

@@ -34,7 +34,7 @@ from fusion_ray.live.ladder import is_costly, without_costly
 from fusion_ray.live.protocol import CLOSE_POLICY, CLOSE_UNSUPPORTED, StartMessage
 from fusion_ray.serve.limits import ApiError, clip
 from fusion_ray.serve.metrics import MetricsRecorder
-from fusion_ray.serve.placement import FrameRequest, ServeChain, known
+from fusion_ray.serve.placement import ServeChain, known
 from fusion_ray.serve.quality import RequestQuality, request_quality
 from fusion_ray.serve.settings import ServeSettings
 from fusion_ray.serve.timing import Timings
@@ -132,10 +132,8 @@ class ServeStreamProcessor:
 
     async def process(self, frame: Frame, plan: FramePlan) -> Processed:
         """The frame with its selected faces swapped; raises rather than return an unswapped face."""
-        request = FrameRequest(frame, self.selection,
-                               self.quality.enhance_blend if plan.enhance else None, plan.detector_size, plan.seq,
-                               plan.landmarks is not None, self.follower,
-                               self.quality.options if plan.costly else self.light)
+        request = plan.request(frame, self.selection, enhance_blend=self.quality.enhance_blend,
+                               follower=self.follower, options=self.quality.options, light=self.light)
         done = await self.runner.frame(Timings(self.metrics), request, known(self.key, self.identity))
         # A placement that ran it elsewhere sends back a copy; with several frames of the stream in
         # work, the copy of the newest frame wins (an older frame's may come back later).
