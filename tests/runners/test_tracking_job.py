@@ -14,7 +14,7 @@ from fusion_ray.jobs.config import JobConfig, PipelineConfig
 from fusion_ray.runners.job import JobItem, run_job
 from fusion_ray.video import EncodeOptions, decode_all
 
-from .track_clips import hidden_clip, sprites, write_clip
+from tests.jobs.track_clips import hidden_clip, sprites, write_clip
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
