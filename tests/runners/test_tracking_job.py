@@ -13,7 +13,6 @@ from fusion_ray.config import EngineConfig, RuntimeConfig, SwapConfig
 from fusion_ray.jobs.config import JobConfig, PipelineConfig
 from fusion_ray.runners.job import JobItem, run_job
 from fusion_ray.video import EncodeOptions, decode_all
-
 from tests.jobs.track_clips import hidden_clip, sprites, write_clip
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
