@@ -6,7 +6,10 @@ detector and the classic swapper, with the default engine settings (tracking on)
 steady rate (frames after the first over the time after it) come from the job report. The
 workloads are a generated multi-face 640x360 clip with audio (the shared group photo sweeping
 over a background: three faces a frame), clips of it repeated (the crossover), and photo sets
-made from the shared photos (1 to 3 faces each).
+made from the shared photos (1 to 3 faces each). With ``footage`` the clip is the three-face clip
+of :mod:`fusion_ray.bench.footage` (faces that turn, cross and are covered; audio that starts
+early) and the photo sets are PNG and JPEG photos of 0.5 to 2 megapixels; with ``check_every`` each
+run's outputs are checked for faces the swap missed (the real detector on every N-th input frame).
 
 With ``insightface_python`` (a Python with insightface) the runner ``insightface`` is insightface's
 own loop over the same files (:mod:`fusion_ray.bench.insightface_loop`: one frame at a time,
@@ -24,13 +27,15 @@ import shlex
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from fusion_ray.bench.footage import make_mixed_photo_set, unswapped_faces, write_group_video
 from fusion_ray.bench.images import insightface_loop, make_image_set
 from fusion_ray.bench.jobs import run_command
+from fusion_ray.bench.tracking import load_detector
 from fusion_ray.config import EngineConfig
 from fusion_ray.errors import InputError
 from fusion_ray.imageio import read_image
@@ -53,6 +58,9 @@ class RunnerResult:
     status: str
     setting: str = ""
     """The name of the extra job options the run had (empty: none)."""
+    unswapped: str = ""
+    """Faces the detector finds on the sampled input frames that the output left unchanged, of all
+    it finds ("missed/found"; empty: not checked)."""
 
 
 Setting = tuple[str, list[str]]
@@ -122,19 +130,30 @@ def bench_runners(*, photos: Sequence[Path], group_photo: Path, scrfd: Path, cli
                   clip_counts: Sequence[int] = (1,), image_counts: Sequence[int] = (50,),
                   runners: Sequence[str] = RUNNER_NAMES, work_dir: Path | None = None,
                   models_dir: Path | None = None, insightface_python: str | None = None,
-                  settings: Sequence[Setting] = (("", []),)) -> list[dict[str, Any]]:
+                  settings: Sequence[Setting] = (("", []),), footage: bool = False,
+                  check_every: int = 0) -> list[dict[str, Any]]:
     """Every workload through every runner, one after the other (same files, same settings)."""
     if INSIGHTFACE in runners and (insightface_python is None or models_dir is None):
         raise InputError("the insightface runner needs --insightface-python and --models-dir (its inswapper)")
     with tempfile.TemporaryDirectory(prefix="fusion_ray_bench_runners.") as tmp:
         work = work_dir or Path(tmp)
         workloads: list[tuple[str, list[Path]]] = []
+        detector = load_detector(scrfd) if footage or check_every else None
         for count in clip_counts:
             folder = work / f"clips_{count}"
-            workloads.append((f"{count} clip(s) x {clip_frames} frames",
-                              make_group_clips(folder, count, group_photo, frames=clip_frames)))
+            if footage:
+                assert detector is not None
+                clips = [write_group_video(folder / f"clip_{n:03d}.mp4", photos[:3], detector, n_frames=clip_frames)
+                         for n in range(count)]
+                workloads.append((f"{count} three-face clip(s) x {clip_frames} frames", clips))
+            else:
+                workloads.append((f"{count} clip(s) x {clip_frames} frames",
+                                  make_group_clips(folder, count, group_photo, frames=clip_frames)))
         for count in image_counts:
-            workloads.append((f"{count} photos", make_image_set(work / f"images_{count}", count, photos)))
+            if footage:
+                workloads.append((f"{count} mixed photos", make_mixed_photo_set(work / f"images_{count}", count, photos)))
+            else:
+                workloads.append((f"{count} photos", make_image_set(work / f"images_{count}", count, photos)))
         results = []
         for workload, files in workloads:
             for runner in runners:
@@ -143,10 +162,15 @@ def bench_runners(*, photos: Sequence[Path], group_photo: Path, scrfd: Path, cli
                     results.append(run_insightface(workload, insightface_python, source=photos[0], files=files,
                                                    scrfd=scrfd, models_dir=models_dir, work=work))
                     continue
-                targets = str(files[0].parent / f"*{files[0].suffix}")
+                targets = str(files[0].parent / "*")
                 for setting in settings:
-                    results.append(run_one(workload, runner, source=photos[0], targets=targets, scrfd=scrfd,
-                                           work=work, models_dir=models_dir, setting=setting))
+                    result = run_one(workload, runner, source=photos[0], targets=targets, scrfd=scrfd,
+                                     work=work, models_dir=models_dir, setting=setting)
+                    if check_every and detector is not None:
+                        out = work / f"out_{workload}_{runner}_{setting[0]}".replace(" ", "_")
+                        found = unswapped_faces([(f, out / f.name) for f in files], detector, every=check_every)
+                        result = replace(result, unswapped=f"{found['unswapped']}/{found['faces']}")
+                    results.append(result)
         return [asdict(r) for r in results]
 
 
@@ -154,13 +178,13 @@ def render_markdown(results: Sequence[dict[str, Any]]) -> str:
     """One row per run; with insightface's loop in the run, each row's speed-up over it (its wall
     time over the row's, the loop's model loading not counted, the row's process whole)."""
     loop = {r["workload"]: r["wall_s"] for r in results if r["runner"] == INSIGHTFACE and r["status"] == "ok"}
-    lines = ["| workload | runner | frames | wall s | first frame s | steady frames/s | vs insightface | status |",
-             "|---|---|---:|---:|---:|---:|---:|---|"]
+    lines = ["| workload | runner | frames | wall s | first frame s | steady frames/s | vs insightface | faces unswapped | status |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in results:
         first = "-" if r["first_frame_s"] is None else f"{r['first_frame_s']:.2f}"
         base = loop.get(r["workload"])
         ratio = f"{base / r['wall_s']:.2f}x" if base and r["wall_s"] > 0 else "-"
         runner = f"{r['runner']} ({r['setting']})" if r.get("setting") else r["runner"]
         lines.append(f"| {r['workload']} | {runner} | {r['frames']} | {r['wall_s']:.1f} | {first} | "
-                     f"{r['steady_fps']:.1f} | {ratio} | {r['status']} |")
+                     f"{r['steady_fps']:.1f} | {ratio} | {r.get('unswapped') or '-'} | {r['status']} |")
     return "\n".join(lines)

@@ -29,6 +29,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--setting", action="append", default=[], metavar="NAME=OPTIONS",
                         help="run every workload once per setting: a name and extra `fusion-ray job` options, "
                              "e.g. 'masks=--face-mask-types box occlusion region' (repeatable; default: none)")
+    parser.add_argument("--footage", action="store_true",
+                        help="footage-like workloads: the clips are three faces that turn, cross and are covered, "
+                             "with audio that starts early (the first three --photos), the photo sets PNG and JPEG "
+                             "photos of 0.5 to 2 megapixels with 1 to 3 faces")
+    parser.add_argument("--check-every", type=int, default=0, metavar="N",
+                        help="count the faces each run left unswapped: the detector on every N-th input frame "
+                             "(a photo is one frame) against the output (default 0: not checked)")
     parser.add_argument("--work-dir", type=Path, help="keep the media and outputs here")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.set_defaults(run=run)
@@ -46,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
                             image_counts=_counts(args.images), runners=args.runners.split(","),
                             work_dir=args.work_dir, models_dir=args.models_dir,
                             insightface_python=args.insightface_python,
-                            settings=[parse_setting(s) for s in args.setting] or [("", [])])
+                            settings=[parse_setting(s) for s in args.setting] or [("", [])],
+                            footage=args.footage, check_every=args.check_every)
     print(render_markdown(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

@@ -9,7 +9,7 @@ import pytest
 
 from fusion_ray.runners.ray.stream import one_row_blocks
 
-PACKAGE = Path(__file__).resolve().parents[2] / "fusion_ray"
+PACKAGE = Path(__file__).resolve().parents[3] / "fusion_ray"
 PRIVATE = re.compile(r"\._logical_plan\b|ray\.(?:data\.)?_internal\b|ray\._private\b|ray\._raylet\b")
 
 
