@@ -120,9 +120,9 @@ def prepare_source(models: ModelSet, cfg: EngineConfig, images: Sequence[Frame],
 
 def prepare_reference(models: ModelSet, cfg: EngineConfig, image: Frame,
                       name: str = "reference image") -> Embedding:
-    """The embedding of the largest face in the reference image."""
+    """The embedding of the largest face in the reference image, cut on the detector's 5 points
+    as the target faces it is matched with are (selection runs before the landmark step)."""
     face = largest_face(models.need_detector().detect(check_frame(image, name)))
     if face is None:
         raise NoFaceError(f"no face found in {name}")
-    face = landmarked_face(models, cfg, image, face)
     return embed_source_faces(models.need_embedder(), [cut_source_face(image, face, cfg)])[0]
