@@ -8,7 +8,7 @@ embeds them in a batch and calls :func:`identity_from`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from fusion_ray.core.modelset import ModelSet
 from fusion_ray.errors import FusionRayError, NoFaceError
 from fusion_ray.models.embedder import ArcFaceEmbedder, l2_normalise
 from fusion_ray.models.swapper import InswapperSwapper
+from fusion_ray.ops.landmarks import alignment_points
 from fusion_ray.types import Crop, Embedding, Face, Frame, SourceIdentity, check_frame
 
 
@@ -34,6 +35,18 @@ class SourceFace:
 def largest_face(faces: Sequence[Face]) -> Face | None:
     """The face with the biggest box (the source face of a source image), or None."""
     return max(faces, key=lambda f: f.area) if faces else None
+
+
+def landmarked_face(models: ModelSet, cfg: EngineConfig, frame: Frame, face: Face) -> Face:
+    """``face`` aligned as the target faces are: on the 5 points made from its 68 when the
+    configured landmarker is loaded and scores the face over ``landmarker.score``, else on the
+    detector's 5 (FaceFusion embeds and crops every face, the source's too, on these points)."""
+    landmarker = models.landmarker
+    if cfg.landmarker.model == "none" or landmarker is None:
+        return face
+    found = landmarker.detect(frame, face.bbox_xyxy[None], face.landmarks_5[None])
+    five = alignment_points(face.landmarks_5, found.points[0], float(found.scores[0]), cfg.landmarker.score)
+    return replace(face, landmarks_5=five)
 
 
 def cut_source_face(frame: Frame, face: Face, cfg: EngineConfig) -> SourceFace:
@@ -100,14 +113,15 @@ def prepare_source(models: ModelSet, cfg: EngineConfig, images: Sequence[Frame],
         face = largest_face(detector.detect(check_frame(image, label)))
         if face is None:
             raise NoFaceError(f"no face found in source image {label}")
-        faces.append(cut_source_face(image, face, cfg))
+        faces.append(cut_source_face(image, landmarked_face(models, cfg, image, face), cfg))
     vectors = embed_source_faces(models.embedder, faces) if models.embedder is not None else None
     return identity_from(faces, vectors, cfg, models.inswapper)
 
 
 def prepare_reference(models: ModelSet, cfg: EngineConfig, image: Frame,
                       name: str = "reference image") -> Embedding:
-    """The embedding of the largest face in the reference image."""
+    """The embedding of the largest face in the reference image, cut on the detector's 5 points
+    as the target faces it is matched with are (selection runs before the landmark step)."""
     face = largest_face(models.need_detector().detect(check_frame(image, name)))
     if face is None:
         raise NoFaceError(f"no face found in {name}")

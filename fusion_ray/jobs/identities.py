@@ -24,9 +24,12 @@ from fusion_ray.types import SourceIdentity
 
 def load_driver_engine(cfg: EngineConfig) -> Engine:
     """The models the driver needs to embed the sources and the reference face, on CPU
-    (a few small embeddings; GPU memory held here would be memory Ray does not count)."""
+    (a few small embeddings; GPU memory held here would be memory Ray does not count); the
+    landmarker too when ``cfg`` names one: source faces are aligned on its points as targets are."""
     components: list[Any] = ["detector", "embedder"] if (
         cfg.swap.swapper == "inswapper" or cfg.selection.mode == "reference") else ["detector"]
+    if cfg.landmarker.model != "none":
+        components.append("landmarker")
     return Engine.load(cfg.in_ray_actor(gets_gpu=False), components=components, cpu_budget=1)
 
 

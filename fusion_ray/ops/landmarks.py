@@ -33,6 +33,8 @@ SCORE_FULL_AT = 0.9
 """Mean heatmap peak that maps to a score of 1."""
 DEFAULT_LANDMARKER_SCORE = 0.5
 """FaceFusion's ``--face-landmarker-score`` default."""
+UPRIGHT_FROM_DEGREES = 15.0
+"""dlib_68 fits a face rolled less than this as it is; a face rolled more is turned upright first."""
 
 
 def _check_68(points_68: npt.ArrayLike) -> npt.NDArray[np.float64]:
@@ -61,6 +63,30 @@ def face_angle(landmarks_5: Landmarks5) -> int:
     dx, dy = points[1] - points[0]
     theta = float(np.degrees(np.arctan2(dy, dx))) % 360.0
     return int(round(theta / 90.0) % 4) * 90
+
+
+def roll_degrees(landmarks_5: Landmarks5) -> float:
+    """The face's roll in degrees, (-180, 180]: the eye line's angle from the image's x axis
+    (positive when the right-hand eye is lower, i.e. the face is turned clockwise on screen)."""
+    points = np.asarray(landmarks_5, dtype=np.float64).reshape(5, 2)
+    dx, dy = points[1] - points[0]
+    return float(np.degrees(np.arctan2(dy, dx)))
+
+
+def upright_crop(bbox_xyxy: npt.ArrayLike, landmarks_5: Landmarks5
+                 ) -> tuple[AffineMatrix, int, npt.NDArray[np.float64]]:
+    """A square crop around the face turned so that its eye line is level: (frame -> crop
+    matrix, crop side, the box in crop pixels). The crop is twice the box's longest side, centred
+    on the box, turned about its centre by the face's roll; the box keeps its size, centred."""
+    box = np.asarray(bbox_xyxy, dtype=np.float64).reshape(4)
+    size = np.maximum(box[2:] - box[:2], 1.0)
+    side = int(np.ceil(2.0 * size.max()))
+    centre = (box[:2] + box[2:]) / 2.0
+    turn = np.asarray(cv2.getRotationMatrix2D((float(centre[0]), float(centre[1])), roll_degrees(landmarks_5), 1.0),
+                      np.float64)
+    matrix = np.hstack([turn[:, :2], (turn[:, 2] + side / 2.0 - centre)[:, None]])
+    half = size / 2.0
+    return matrix, side, np.concatenate([side / 2.0 - half, side / 2.0 + half])
 
 
 def landmarker_crop_matrix(bbox_xyxy: npt.ArrayLike, angle: int,

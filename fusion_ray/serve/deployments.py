@@ -250,7 +250,9 @@ class EnhancerDeployment:
 def source_face(models: ModelSet, cfg: EngineConfig, frame: np.ndarray) -> identity.SourceFace | None:
     """A source image's largest face cut for the embedder (and the classic swap), or None."""
     face = identity.largest_face(models.need_detector().detect(frame))
-    return identity.cut_source_face(frame, face, cfg) if face is not None else None
+    if face is None:
+        return None
+    return identity.cut_source_face(frame, identity.landmarked_face(models, cfg, frame, face), cfg)
 
 
 def embedding_components(cfg: EngineConfig) -> list[Component]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import cv2
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -52,6 +53,26 @@ def test_dlib_68_lands_on_the_face(dlib_68: Dlib68Landmarker, detector: ScrfdDet
     eye_distance = np.linalg.norm(five[0, 1] - five[0, 0])
     assert np.linalg.norm(landmarks_68_to_5(points) - five[0], axis=1).max() < 0.15 * eye_distance
     assert result.scores[0] > 0.5  # agrees with the detector: its 5 points are used for alignment
+
+
+@pytest.mark.parametrize("degrees", [30.0, 45.0, -45.0])
+def test_dlib_68_lands_on_a_rolled_face(dlib_68: Dlib68Landmarker, detector: ScrfdDetector, images_dir: Path,
+                                        degrees: float) -> None:
+    """The photo turned about the mouth: the lips are fitted where the upright fit put them, turned
+    (dlib fitted a face rolled 45 degrees as it was and put the lips 0.5 mouth widths away)."""
+    frame = read_image(images_dir / "obama.jpg").frame
+    face = detector.detect(frame)[0]
+    upright = dlib_68.detect(frame, face.bbox_xyxy[None], face.landmarks_5[None]).points[0].astype(np.float64)
+    mouth = upright[48:60].mean(axis=0)
+    matrix = cv2.getRotationMatrix2D((float(mouth[0]), float(mouth[1])), degrees, 1.0)
+    turned = np.asarray(cv2.warpAffine(frame, matrix, (frame.shape[1], frame.shape[0]),
+                                       borderMode=cv2.BORDER_REFLECT), np.uint8)
+    truth = upright @ matrix[:, :2].T + matrix[:, 2]
+    rolled = detector.detect(turned)[0]
+    result = dlib_68.detect(turned, rolled.bbox_xyxy[None], rolled.landmarks_5[None])
+    width = np.linalg.norm(truth[54] - truth[48])
+    assert np.linalg.norm(result.points[0][48:60] - truth[48:60], axis=1).mean() < 0.05 * width
+    assert result.scores[0] > 0.5
 
 
 def test_dlib_68_batch_matches_per_frame(dlib_68: Dlib68Landmarker, detector: ScrfdDetector,

@@ -14,6 +14,8 @@ from fusion_ray.ops.landmarks import (
     heatmap_score,
     landmarker_crop_matrix,
     landmarks_68_to_5,
+    roll_degrees,
+    upright_crop,
 )
 
 
@@ -100,3 +102,21 @@ def test_dark_crops_get_clahe_and_bright_ones_stay() -> None:
     dark[8:24, 8:24] = 20
     lifted = brighten_dark_crop(dark)
     assert lifted.mean() > dark.mean()
+
+
+@pytest.mark.parametrize("degrees", [-60.0, -20.0, 0.0, 30.0, 45.0, 120.0])
+def test_upright_crop_levels_the_eye_line_about_the_box_centre(degrees: float) -> None:
+    level = np.array([[-20.0, -10.0], [20.0, -10.0], [0.0, 5.0], [-15.0, 20.0], [15.0, 20.0]])
+    theta = np.radians(degrees)
+    turn = np.array([[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]])
+    centre = np.array([300.0, 200.0])
+    five = level @ turn.T + centre
+    assert roll_degrees(five) == pytest.approx(degrees)
+    box = np.array([250.0, 140.0, 350.0, 270.0])  # centred on (300, 205), 100 x 130
+    matrix, side, upright_box = upright_crop(box, five)
+    assert side == 260
+    np.testing.assert_allclose(upright_box, [80.0, 65.0, 180.0, 195.0])
+    in_crop = five @ matrix[:, :2].T + matrix[:, 2]
+    np.testing.assert_allclose(in_crop[1, 1], in_crop[0, 1], atol=1e-9)  # the eyes level
+    assert in_crop[0, 0] < in_crop[1, 0] and in_crop[3, 1] > in_crop[0, 1]  # upright, not upside down
+    np.testing.assert_allclose(np.array([300.0, 205.0]) @ matrix[:, :2].T + matrix[:, 2], [130.0, 130.0])
