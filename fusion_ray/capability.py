@@ -1,6 +1,6 @@
 """What a step of the chain and a capability are, declared low so that a capability file (a model
-kind with its registry rows, its wrapper and its steps, e.g. :mod:`fusion_ray.models.face_classifier`)
-can declare its step without importing the chain.
+kind with its registry rows, its wrapper and its steps, listed in
+:data:`fusion_ray.models.capabilities.CAPABILITIES`) can declare its step without importing the chain.
 
 A :class:`Step` is a typed function ``(Tools, Rows, FrameBatch) -> FrameBatch`` and what it reads,
 writes and needs (:mod:`fusion_ray.core.steps` declares the built-in ones in ``STEPS`` and runs

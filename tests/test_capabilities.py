@@ -11,15 +11,18 @@ import json
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fusion_ray import options_table
 from fusion_ray.cli import build_parser, main
 from fusion_ray.cli.common import engine_config_from_args
 from fusion_ray.config import EngineConfig, ModelsConfig, SelectionConfig
+from fusion_ray.core.chain import Selection
+from fusion_ray.core.facebatch import FaceBatch, FrameBatch
 from fusion_ray.core.facefusion_options import OptionsModel, options_model
 from fusion_ray.core.modelset import ModelSet
-from fusion_ray.core.steps import Chain, required_components
+from fusion_ray.core.steps import Chain, Rows, Tools, required_components
 from fusion_ray.errors import ModelError
 from fusion_ray.jobs.config import JobConfig
 from fusion_ray.jobs.manifest import read_manifest
@@ -32,6 +35,7 @@ from fusion_ray.models.standins import build_standin, is_stand_in
 from fusion_ray.models.store import ModelStore
 from fusion_ray.options_table import Option
 from fusion_ray.serve.schemas import SwapOptions
+from fusion_ray.types import Face
 
 SCORER_FILE = '''"""A THROWAWAY capability: a model that scores each face (a stand-in that scores nothing)."""
 
@@ -117,6 +121,40 @@ def test_the_face_classifier_is_a_capability() -> None:
     assert Chain.of(filtered).names[:3] == ["detect", "classify", "select"]
     assert "classifier" in required_components(filtered)
     assert "classify" not in Chain.of(EngineConfig()).names
+
+
+class _Answers(face_classifier.FairFaceClassifier):
+    """A classifier whose answers are given: each call's genders, or an error to raise."""
+
+    def __init__(self, *calls: list[str] | Exception) -> None:
+        self.calls = list(calls)
+
+    def classify_faces(self, frame: np.ndarray, landmarks_5: object) -> list[face_classifier.FaceAttributes]:
+        call = self.calls.pop(0)
+        if isinstance(call, Exception):
+            raise call
+        return [face_classifier.FaceAttributes(g, (20, 29), "white") for g in call]  # type: ignore[arg-type]
+
+
+def _face(x: float) -> Face:
+    points = np.asarray([[x + 3, 5], [x + 7, 5], [x + 5, 7], [x + 3, 9], [x + 7, 9]], np.float32)
+    return Face(np.asarray([x, 0, x + 10, 12], np.float32), points, 0.9)
+
+
+def test_the_classify_step_keeps_what_detection_kept() -> None:
+    """As detection did: a given frame keeps its faces, a frame that fails is marked as a detect
+    failure with none, and faces_detected counts the faces kept."""
+    cfg = EngineConfig(selection=SelectionConfig(gender="female"))
+    tools = Tools(cfg, ModelSet(loaded={"classifier": _Answers(["male", "female"], ValueError("bad crop"))}))
+    rows = Rows([Selection("all")] * 3, [""] * 3, given=np.asarray([False, True, False]),
+                given_found=np.asarray([0, 2, 0]))
+    faces = FaceBatch.from_faces([[_face(0), _face(20)], [_face(0), _face(20)], [_face(0)]])
+    batch = FrameBatch([np.zeros((32, 32, 3), np.uint8)] * 3, [""] * 3, faces).counted(
+        faces_detected=np.asarray([2, 2, 1], np.int32))
+    done = face_classifier.classify_step(tools, rows, batch)
+    assert done.faces.frame_index.tolist() == [0, 1, 1] and float(done.faces.bbox_xyxy[0, 0]) == 20.0
+    assert done.errors[:2] == ["", ""] and done.errors[2] == "detect: ValueError: bad crop"
+    assert done.counter("faces_detected").tolist() == [1, 2, 0]
 
 
 def test_a_throwaway_capability_reaches_every_surface(scorer: types.ModuleType, tmp_path: Path,

@@ -46,22 +46,10 @@ class Selection:
     max_distance: float = 0.6
     order: str | None = None
     """FaceFusion's ``--face-selector-order`` (None: reading order)."""
-    gender: str | None = None
-    race: str | None = None
-    age_start: int | None = None
-    age_end: int | None = None
-    """FaceFusion's filters by a face's attributes (``--face-selector-gender``, ``-race``, ``-age-start``,
-    ``-age-end``), applied by the capability that tells them (its step after detection)."""
 
     @classmethod
     def of(cls, cfg: SelectionConfig, reference: Embedding | None = None) -> Selection:
-        return cls(cfg.mode, cfg.index, reference, cfg.max_distance, cfg.order, cfg.gender, cfg.race,
-                   cfg.age_start, cfg.age_end)
-
-    @property
-    def classifies(self) -> bool:
-        """Whether the faces are filtered by their attributes before they are chosen."""
-        return any(v is not None for v in (self.gender, self.race, self.age_start, self.age_end))
+        return cls(cfg.mode, cfg.index, reference, cfg.max_distance, cfg.order)
 
     @classmethod
     def asked(cls, mode: str | None, index: int | None, cfg: SelectionConfig,
@@ -69,7 +57,7 @@ class Selection:
         """A request's or stream's mode and index, each the configured one where it gives none
         (ValueError: mode reference without the reference face's embedding)."""
         chosen = cls(mode or cfg.mode, index if index is not None else cfg.index, reference, cfg.max_distance,
-                     cfg.order, cfg.gender, cfg.race, cfg.age_start, cfg.age_end)
+                     cfg.order)
         if chosen.mode == "reference" and reference is None:
             raise ValueError("select reference needs a reference face (engine.selection.reference_path)")
         return chosen

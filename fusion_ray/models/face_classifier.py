@@ -184,16 +184,16 @@ def make_fairface_standin(seed: int = 0) -> onnx.ModelProto:
 
 # ------------------------------------------------------------------ the step
 def classify_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
-    """Each detected frame's faces less those the classifier's answers drop, where the frame's
-    selection filters by gender, race or age (FaceFusion filters before it chooses). A frame whose
-    faces were given (a tracking read, faces followed on crops) keeps them; a frame whose
-    classification fails is marked (stage ``detect``) and has no faces."""
+    """Each detected frame's faces less those the classifier's answers drop, by the selection's
+    gender, race and age (the config's: FaceFusion filters before it chooses). A frame whose faces
+    were given (a tracking read, faces followed on crops) keeps them; a frame whose classification
+    fails is marked (stage ``detect``) and has no faces."""
     classifier = tools.models.get(KIND)
+    selection = tools.cfg.selection
     detected = batch.counter("faces_detected").copy()
     keep = np.ones(len(batch.faces), bool)
     for row in range(len(batch.frames)):
         idx = np.flatnonzero(batch.faces.frame_index == row)
-        selection = rows.selections[row]
         if rows.is_given(row) or batch.errors[row] or not len(idx) or not selection.classifies:
             continue
         try:
