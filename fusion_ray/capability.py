@@ -80,7 +80,7 @@ class Capability:
     wrapper, its steps and its stand-ins."""
 
     name: str
-    """What it is called in messages (``face classifier``)."""
+    """What it is called in messages ("these options need the <name>")."""
     kind: Component
     """The model kind its rows have and its model is loaded under (``ModelSet[kind]``)."""
     specs: tuple[ModelSpec, ...]
