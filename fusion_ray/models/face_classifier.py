@@ -40,13 +40,14 @@ import onnx
 from onnx import TensorProto, helper
 
 from fusion_ray.capability import Capability, Step
+from fusion_ray.config import Gender, Race
 from fusion_ray.errors import is_fatal
 from fusion_ray.models.onnx_graph import Graph
 from fusion_ray.models.onnx_info import is_stand_in_metadata
 from fusion_ray.models.registry_rows import facefusion_row
 from fusion_ray.models.spec import ModelSpec
 from fusion_ray.ops.align import align_matrix
-from fusion_ray.types import Frame, Gender, Landmarks5, Race
+from fusion_ray.types import Frame, Landmarks5
 
 if TYPE_CHECKING:
     import onnxruntime as ort
