@@ -156,11 +156,12 @@ class ModelSet(Mapping[Component, LoadedModel]):
     def __len__(self) -> int:
         return len(self.loaded)
 
-    def __getattr__(self, name: str) -> Any:
-        """A capability's model by its kind (None: not loaded); other names are not attributes."""
-        if name in capability_kinds():
-            return self.__dict__.get("loaded", {}).get(name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    if not TYPE_CHECKING:  # hidden from the type checker, which still catches a misspelt view
+        def __getattr__(self, name: str) -> Any:
+            """A capability's model by its kind (None: not loaded); other names are not attributes."""
+            if name in capability_kinds():
+                return self.__dict__.get("loaded", {}).get(name)
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @classmethod
     def load(cls, cfg: EngineConfig, components: Iterable[Component], *,
