@@ -4,8 +4,8 @@ One loader for every surface (the image command, Ray Data stage actors, Serve re
 job driver): a worker asks for the model kinds it needs, each is loaded from the registry rows
 the config names for it (:func:`model_rows`) and wrapped by the row's kind (:func:`_wrap`), a
 capability's kind as its declaration says (:data:`fusion_ray.models.capabilities.CAPABILITIES`:
-no edit here for a new kind), sessions are sized to its CPU budget, and each model's :class:`ModelInfo` records file,
-integrity status, providers and whether it is a fusion_ray stand-in.
+no edit here for a new kind); sessions are sized to its CPU budget, and each model's
+:class:`ModelInfo` records file, integrity status, providers and whether it is a fusion_ray stand-in.
 """
 
 from __future__ import annotations

@@ -83,8 +83,10 @@ _BY_NAME: Mapping[str, ModelSpec] = MappingProxyType({spec.name: spec for spec i
 
 def _by_name() -> Mapping[str, ModelSpec]:
     """Every row by name: the ones here, then the capabilities' (read as they are now)."""
-    found = {spec.name: spec for spec in capabilities.capability_specs()}
-    return {**_BY_NAME, **{name: spec for name, spec in found.items() if name not in _BY_NAME}}
+    by_name = dict(_BY_NAME)
+    for spec in capabilities.capability_specs():
+        by_name.setdefault(spec.name, spec)
+    return by_name
 
 
 def all_specs() -> tuple[ModelSpec, ...]:
