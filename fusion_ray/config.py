@@ -9,7 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fusion_ray.errors import ConfigError
-from fusion_ray.types import DetectorAngle, FaceSelectorOrder, Gender, Race, SelectMode
+from fusion_ray.types import DetectorAngle, FaceSelectorOrder, SelectMode
 
 # Settings of the face tracker (wired into the engine config as ``tracking``). Units: frames for
 # counts, eye distances (the distance between the two eye landmarks of a face) for landmark
@@ -162,6 +162,12 @@ class DetectorConfig(_Config):
         if self.size % 32:
             raise ValueError(f"detector size must be a multiple of 32, got {self.size}")
         return self
+
+
+Gender = Literal["female", "male"]
+"""FaceFusion's genders (``--face-selector-gender``), as its face classifier tells them."""
+Race = Literal["white", "black", "latino", "asian", "indian", "arabic"]
+"""FaceFusion's races (``--face-selector-race``), as its face classifier tells them."""
 
 
 class SelectionConfig(_Config):

@@ -18,11 +18,19 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel
 
-from fusion_ray.config import LandmarkerConfig, MaskArea, MaskConfig, MaskRegion, MaskType
+from fusion_ray.config import (
+    Gender,
+    LandmarkerConfig,
+    MaskArea,
+    MaskConfig,
+    MaskRegion,
+    MaskType,
+    Race,
+)
 from fusion_ray.errors import ConfigError
 from fusion_ray.models.registry import chosen_spec, names_of_kind
 from fusion_ray.models.spec import ModelKind
-from fusion_ray.types import DetectorAngle, FaceSelectorOrder, Gender, Race
+from fusion_ray.types import DetectorAngle, FaceSelectorOrder
 
 PixelBoost = Literal["128x128", "256x256", "384x384", "512x512", "768x768", "1024x1024"]
 PIXEL_BOOSTS: tuple[PixelBoost, ...] = get_args(PixelBoost)

@@ -41,10 +41,6 @@ FaceSelectorOrder = Literal["left-right", "right-left", "top-bottom", "bottom-to
 """FaceFusion's ``--face-selector-order``: the order the faces a selection considers are put in (by the
 box's left or top edge, its area, or the detector's score)."""
 FACE_SELECTOR_ORDERS: tuple[FaceSelectorOrder, ...] = get_args(FaceSelectorOrder)
-Gender = Literal["female", "male"]
-"""FaceFusion's genders (``--face-selector-gender``), as its face classifier tells them."""
-Race = Literal["white", "black", "latino", "asian", "indian", "arabic"]
-"""FaceFusion's races (``--face-selector-race``), as its face classifier tells them."""
 DetectorAngle = Literal[0, 90, 180, 270]
 """FaceFusion's ``--face-detector-angles``: the frame is also searched turned by this many degrees
 (counter-clockwise, as OpenCV's ``getRotationMatrix2D``)."""

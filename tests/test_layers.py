@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fusion_ray"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("fusion_ray", "fusion_ray.types", "fusion_ray.errors", "fusion_ray.versions", "fusion_ray.fsutil",
-     "fusion_ray.config", "fusion_ray.runners"),
+     "fusion_ray.config", "fusion_ray.capability", "fusion_ray.runners"),
     ("fusion_ray.ops", "fusion_ray.video", "fusion_ray.storage", "fusion_ray.imageheader", "fusion_ray.imageio",
      "fusion_ray.animation"),
     ("fusion_ray.models",),
@@ -134,3 +134,4 @@ def test_the_layer_rule_catches_an_upward_import() -> None:
     assert layer_of("fusion_ray.core.tracking.tracks") < layer_of("fusion_ray.jobs.plan")
     assert layer_of("fusion_ray.runners.inline") < layer_of("fusion_ray.runners.local.runner")
     assert layer_of("fusion_ray.runners") < layer_of("fusion_ray.ops.align")
+    assert layer_of("fusion_ray.capability") < layer_of("fusion_ray.models.face_classifier")

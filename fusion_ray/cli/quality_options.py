@@ -13,8 +13,9 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from fusion_ray.core.facefusion_options import FACEFUSION_OPTIONS, apply_facefusion_options
-from fusion_ray.options_table import OPTIONS, Option
+from fusion_ray import options_table
+from fusion_ray.core.facefusion_options import apply_facefusion_options
+from fusion_ray.options_table import Option
 
 
 def _bounded(low: float, high: float) -> Callable[[str], float]:
@@ -50,15 +51,16 @@ def flag_arguments(option: Option) -> dict[str, Any]:
     return {"type": option.value, "help": option.help + default}
 
 
-def add_quality_arguments(parser: argparse.ArgumentParser, rows: tuple[Option, ...] = OPTIONS) -> None:
-    """One flag per row of the table."""
+def add_quality_arguments(parser: argparse.ArgumentParser, rows: tuple[Option, ...] | None = None) -> None:
+    """One flag per row of ``rows`` (None: the table's rows as they are now)."""
     group = parser.add_argument_group("face masks, landmarks, swapper and enhancer (FaceFusion's names)")
-    for option in rows:
+    for option in options_table.OPTIONS if rows is None else rows:
         group.add_argument(option.flag, **flag_arguments(option))
 
 
 def apply_quality_arguments(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:
     """Overlay the FaceFusion options that were given on ``data`` (an EngineConfig dump); returns them."""
-    given = {key: value for key in FACEFUSION_OPTIONS if (value := getattr(args, key, None)) is not None}
-    apply_facefusion_options(given, data)
+    rows = options_table.OPTIONS
+    given = {o.name: value for o in rows if (value := getattr(args, o.name, None)) is not None}
+    apply_facefusion_options(given, data, rows)
     return given

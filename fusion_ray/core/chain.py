@@ -28,7 +28,6 @@ from fusion_ray.errors import is_fatal
 from fusion_ray.models.detector import ScrfdDetector, nms
 from fusion_ray.models.embedder import ArcFaceEmbedder
 from fusion_ray.models.enhancer import SpecEnhancer
-from fusion_ray.models.face_classifier import FairFaceClassifier, kept_by_attributes
 from fusion_ray.ops.rotate import map_boxes, map_points, merge_iou, turn_frame
 from fusion_ray.ops.select import select_faces
 from fusion_ray.types import Embedding, Face, Frame, SourceIdentity, check_frame
@@ -47,21 +46,10 @@ class Selection:
     max_distance: float = 0.6
     order: str | None = None
     """FaceFusion's ``--face-selector-order`` (None: reading order)."""
-    gender: str | None = None
-    race: str | None = None
-    age_start: int | None = None
-    age_end: int | None = None
-    """FaceFusion's classifier filters (``--face-selector-gender``, ``-race``, ``-age-start``, ``-age-end``)."""
 
     @classmethod
     def of(cls, cfg: SelectionConfig, reference: Embedding | None = None) -> Selection:
-        return cls(cfg.mode, cfg.index, reference, cfg.max_distance, cfg.order, cfg.gender, cfg.race,
-                   cfg.age_start, cfg.age_end)
-
-    @property
-    def classifies(self) -> bool:
-        """Whether the faces are filtered by the classifier's answers before they are chosen."""
-        return any(v is not None for v in (self.gender, self.race, self.age_start, self.age_end))
+        return cls(cfg.mode, cfg.index, reference, cfg.max_distance, cfg.order)
 
     @classmethod
     def asked(cls, mode: str | None, index: int | None, cfg: SelectionConfig,
@@ -69,7 +57,7 @@ class Selection:
         """A request's or stream's mode and index, each the configured one where it gives none
         (ValueError: mode reference without the reference face's embedding)."""
         chosen = cls(mode or cfg.mode, index if index is not None else cfg.index, reference, cfg.max_distance,
-                     cfg.order, cfg.gender, cfg.race, cfg.age_start, cfg.age_end)
+                     cfg.order)
         if chosen.mode == "reference" and reference is None:
             raise ValueError("select reference needs a reference face (engine.selection.reference_path)")
         return chosen
@@ -93,32 +81,23 @@ def guarded(errors: list[str], row: int, stage: str, call: Callable[[], T], fall
 
 def detect_faces(detector: ScrfdDetector, frames: Sequence[Frame], errors: list[str], rows: Sequence[int],
                  selections: Sequence[Selection], *, embedder: ArcFaceEmbedder | None = None,
-                 classifier: FairFaceClassifier | None = None, angles: Sequence[int] | None = None
-                 ) -> dict[int, list[Face]]:
+                 angles: Sequence[int] | None = None) -> dict[int, list[Face]]:
     """Every face of each healthy frame among ``rows`` (embedded where its selection is by
-    reference; only those the classifier's answers keep where its selection filters by them, as
-    FaceFusion filters before it chooses); a frame that fails is marked in ``errors`` and has none.
-    ``angles``: the detector angles (None: the detector's configured ones)."""
+    reference); a frame that fails is marked in ``errors`` and has none. ``angles``: the detector
+    angles (None: the detector's configured ones)."""
     found: dict[int, list[Face]] = {}
     for row in rows:
         if errors[row]:
             continue
-        one = partial(_detect_all, detector, embedder, frames[row], selections[row], classifier,
+        one = partial(_detect_all, detector, embedder, frames[row], selections[row],
                       detector.cfg.angles if angles is None else angles)
         found[row] = guarded(errors, row, "detect", one, [])
     return found
 
 
 def _detect_all(detector: ScrfdDetector, embedder: ArcFaceEmbedder | None, frame: Frame,
-                selection: Selection, classifier: FairFaceClassifier | None, angles: Sequence[int]) -> list[Face]:
+                selection: Selection, angles: Sequence[int]) -> list[Face]:
     faces = detect_turned(detector, check_frame(np.asarray(frame)), angles)
-    if faces and selection.classifies:
-        if classifier is None:
-            raise ValueError("selection by gender, race or age needs the face classifier")
-        attributes = classifier.classify_faces(frame, [face.landmarks_5 for face in faces])
-        kept = kept_by_attributes(attributes, gender=selection.gender, race=selection.race,
-                                  age_start=selection.age_start, age_end=selection.age_end)
-        faces = [faces[i] for i in kept]
     if faces and selection.mode == "reference":
         if embedder is None:
             raise ValueError("reference selection needs the embedder")

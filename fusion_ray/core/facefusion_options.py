@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
+from fusion_ray import options_table
 from fusion_ray.config import EngineConfig, parse_config
 from fusion_ray.core.layout import source_crop_layout
 from fusion_ray.errors import ConfigError
@@ -38,10 +39,12 @@ FACEFUSION_OPTIONS = OPTION_NAMES
 """The options, with FaceFusion's names (``--face-mask-types`` on the command line)."""
 
 
-def apply_facefusion_options(values: Mapping[str, Any], data: dict[str, Any], rows: tuple[Option, ...] = OPTIONS
+def apply_facefusion_options(values: Mapping[str, Any], data: dict[str, Any], rows: tuple[Option, ...] | None = None
                              ) -> None:
     """Overlay the FaceFusion options in ``values`` (None: not given) on ``data`` (an EngineConfig
-    dump), by the table's ``rows``; the config validates the values when ``data`` is parsed."""
+    dump), by the table's ``rows`` (None: its rows as they are now); the config validates the
+    values when ``data`` is parsed."""
+    rows = options_table.OPTIONS if rows is None else rows
     names = [option.name for option in rows]
     unknown = sorted(set(values) - set(names))
     if unknown:

@@ -2,9 +2,10 @@
 
 One loader for every surface (the image command, Ray Data stage actors, Serve replicas, the
 job driver): a worker asks for the model kinds it needs, each is loaded from the registry rows
-the config names for it (:func:`model_rows`) and wrapped by the row's kind (:func:`_wrap`),
-sessions are sized to its CPU budget, and each model's :class:`ModelInfo` records file,
-integrity status, providers and whether it is a fusion_ray stand-in.
+the config names for it (:func:`model_rows`) and wrapped by the row's kind (:func:`_wrap`), a
+capability's kind as its declaration says (:data:`fusion_ray.models.capabilities.CAPABILITIES`:
+no edit here for a new kind); sessions are sized to its CPU budget, and each model's
+:class:`ModelInfo` records file, integrity status, providers and whether it is a fusion_ray stand-in.
 """
 
 from __future__ import annotations
@@ -13,15 +14,16 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from fusion_ray.capability import Component as Component
 from fusion_ray.config import EngineConfig, Precision
 from fusion_ray.core.layout import enhancer_spec, swapper_spec
 from fusion_ray.errors import FusionRayError
+from fusion_ray.models.capabilities import capability_kinds, capability_of_kind
 from fusion_ray.models.detector import ScrfdDetector
 from fusion_ray.models.embedder import ArcFaceEmbedder
 from fusion_ray.models.enhancer import SpecEnhancer
-from fusion_ray.models.face_classifier import FAIRFACE, FairFaceClassifier
 from fusion_ray.models.fp16 import fp16_copy
 from fusion_ray.models.landmarker import (
     Dlib68Landmarker,
@@ -45,10 +47,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Component = Literal["detector", "embedder", "swapper", "enhancer", "landmarker", "occluder", "parser",
-                    "classifier"]
-ALL_COMPONENTS: tuple[Component, ...] = ("detector", "embedder", "swapper", "enhancer", "landmarker", "occluder",
-                                         "parser", "classifier")
+BUILT_IN_COMPONENTS: tuple[Component, ...] = ("detector", "embedder", "swapper", "enhancer", "landmarker",
+                                              "occluder", "parser")
+
+
+def all_components() -> tuple[Component, ...]:
+    """Every model kind, in load order: the built-in ones, then those the capabilities declare."""
+    return (*BUILT_IN_COMPONENTS, *capability_kinds())
+
+
 ModelT = TypeVar("ModelT")
 
 
@@ -79,8 +86,8 @@ class ModelInfo:
 
 
 LoadedModel = (ScrfdDetector | ArcFaceEmbedder | InswapperSwapper | SpecSwapper | SpecEnhancer | Dlib68Landmarker
-               | Fan68Landmarker | XsegOccluder | BisenetParser | FairFaceClassifier)
-"""What a :class:`ModelSet` holds under a model kind."""
+               | Fan68Landmarker | XsegOccluder | BisenetParser | Any)
+"""What a :class:`ModelSet` holds under a model kind (a capability's kind: its own wrapper)."""
 
 
 def model_rows(cfg: EngineConfig, component: Component) -> tuple[str, ...]:
@@ -99,8 +106,9 @@ def model_rows(cfg: EngineConfig, component: Component) -> tuple[str, ...]:
         return tuple(name for name in (spec.converter, spec.name) if name is not None)
     if component == "enhancer":
         return (enhancer_spec(cfg).name,)
-    if component == "classifier":  # selection by gender, race or age
-        return (FAIRFACE.name,)
+    capability = capability_of_kind(component)
+    if capability is not None:
+        return capability.rows(cfg)
     return tuple(name for kind, name in mask_model_names(cfg).items() if kind == component)
 
 
@@ -108,6 +116,9 @@ def _wrap(opened: _Opened, spec: ModelSpec, cfg: EngineConfig,
           converter: EmbeddingConverter | None) -> LoadedModel | EmbeddingConverter:
     """The model wrapper of a registry row, by the row's kind (and a swapper's source form)."""
     session = opened.session
+    capability = capability_of_kind(spec.kind)
+    if capability is not None:
+        return capability.wrap(session, spec, cfg)
     if spec.kind == "detector":
         return ScrfdDetector(session, spec, cfg.detector, model_path=opened.path)
     if spec.kind == "embedder":
@@ -124,8 +135,6 @@ def _wrap(opened: _Opened, spec: ModelSpec, cfg: EngineConfig,
         return Fan68Landmarker(session, spec)
     if spec.kind == "occluder":
         return XsegOccluder(session, spec)
-    if spec.kind == "classifier":
-        return FairFaceClassifier(session, spec)
     return BisenetParser(session, spec)
 
 
@@ -133,7 +142,7 @@ def _wrap(opened: _Opened, spec: ModelSpec, cfg: EngineConfig,
 class ModelSet(Mapping[Component, LoadedModel]):
     """The loaded model wrappers by model kind (a kind not loaded is absent) and their
     :class:`ModelInfo` by model name. The typed views (``detector``, ``need_detector()``...) read
-    the mapping."""
+    the mapping; a capability's model is also the attribute named by its kind."""
 
     loaded: dict[Component, LoadedModel] = field(default_factory=dict)
     info: dict[str, ModelInfo] = field(default_factory=dict)
@@ -146,6 +155,13 @@ class ModelSet(Mapping[Component, LoadedModel]):
 
     def __len__(self) -> int:
         return len(self.loaded)
+
+    if not TYPE_CHECKING:  # hidden from the type checker, which still catches a misspelt view
+        def __getattr__(self, name: str) -> Any:
+            """A capability's model by its kind (None: not loaded); other names are not attributes."""
+            if name in capability_kinds():
+                return self.__dict__.get("loaded", {}).get(name)
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @classmethod
     def load(cls, cfg: EngineConfig, components: Iterable[Component], *,
@@ -163,7 +179,7 @@ class ModelSet(Mapping[Component, LoadedModel]):
         store = store or ModelStore(resolve_models_dir(cfg.models.models_dir), overrides=dict(cfg.models.paths))
         models = cls()
         opener = _Opener(store, cfg, cpu_budget, progress)
-        for component in ALL_COMPONENTS:
+        for component in all_components():
             if component not in wanted:
                 continue
             if component == "landmarker" and cfg.landmarker.model == "dlib_68":
@@ -227,10 +243,6 @@ class ModelSet(Mapping[Component, LoadedModel]):
     @property
     def parser(self) -> BisenetParser | None:
         return self._of("parser", BisenetParser)
-
-    @property
-    def classifier(self) -> FairFaceClassifier | None:
-        return self._of("classifier", FairFaceClassifier)
 
     def need_detector(self) -> ScrfdDetector:
         return _needed(self.detector, "detector")
@@ -363,7 +375,7 @@ def inspect_models(cfg: EngineConfig, components: Iterable[Component], *,
     """
     wanted = set(components)
     store = store or ModelStore(resolve_models_dir(cfg.models.models_dir), overrides=dict(cfg.models.paths))
-    files = [(component, name) for component in ALL_COMPONENTS if component in wanted
+    files = [(component, name) for component in all_components() if component in wanted
              for name in model_rows(cfg, component)]
     info: dict[str, ModelInfo] = {}
     if "landmarker" in wanted and cfg.landmarker.model == "dlib_68":

@@ -3,15 +3,17 @@
     detect|track -> select -> align -> [target-crop masks] -> swap -> [swapped-crop masks] -> paste
                  (-> enhance_align -> enhance -> [enhance masks] -> paste_enhanced)
 
-Each :class:`Step` is a typed function ``(Tools, Rows, FrameBatch) -> FrameBatch`` built on the
-functions of :mod:`fusion_ray.core.chain`. It declares what it reads and writes, the model kind
-it needs, whether it wants a GPU and the phase it belongs to. :data:`STEPS` lists them in run
-order; :class:`Chain` keeps those the config enables (a step added after them is placed by its
-phase, after the steps of that phase). Runners (the
-engine, the local runner, the Ray Data stages, :class:`fusion_ray.core.frames.FrameChain` for
-``fusion-ray live`` and the fused Serve placement) ask the chain what to run and decide only where
-each step runs: adding a per-face step is one :class:`Step` in :data:`STEPS` (its function here,
-its model wrapper, one config field in ``enabled``), with no runner touched.
+Each :class:`Step` (declared in :mod:`fusion_ray.capability`) is a typed function
+``(Tools, Rows, FrameBatch) -> FrameBatch`` built on the functions of :mod:`fusion_ray.core.chain`.
+It declares what it reads and writes, the model kind it needs, whether it wants a GPU and the
+phase it belongs to. :data:`STEPS` lists the built-in ones in run order and the capabilities'
+steps follow them (:func:`all_steps`); :class:`Chain` keeps those the config enables (a step
+after them is placed by its phase, after the steps of that phase). Runners (the engine, the local
+runner, the Ray Data stages, :class:`fusion_ray.core.frames.FrameChain` for ``fusion-ray live``
+and the fused Serve placement) ask the chain what to run and decide only where each step runs:
+adding a per-face step with a model of a new kind is one capability file
+(:class:`fusion_ray.capability.Capability`: its rows, wrapper and step) named in
+:data:`fusion_ray.models.capabilities.CAPABILITIES`, with no runner and no loader touched.
 
 Per-face masks: a mask step adds its mask to the faces (``FaceBatch.with_mask``, combined by
 element-wise minimum); paste blends through the result: the crop layouts' box masks (the swap's
@@ -27,12 +29,16 @@ and, where frames differ in them, each frame's detector canvas and enhancer blen
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
 import numpy as np
 
+from fusion_ray.capability import PHASES as PHASES
+from fusion_ray.capability import Field as Field
+from fusion_ray.capability import Phase as Phase
+from fusion_ray.capability import Step as Step
+from fusion_ray.capability import StepFn as StepFn
 from fusion_ray.config import EngineConfig
 from fusion_ray.core import chain
 from fusion_ray.core.facebatch import FaceBatch, FrameBatch
@@ -47,19 +53,9 @@ from fusion_ray.core.quality_steps import (
     target_embed_step,
 )
 from fusion_ray.core.swapper import SwapBackend, swap_backend
+from fusion_ray.models import capabilities
 from fusion_ray.models.detector import DetectorCanvases, ScrfdDetector
 from fusion_ray.types import Face, SourceIdentity
-
-Phase = Literal["detect", "select", "align", "target_mask", "swap", "swapped_mask", "paste",
-                "enhance_align", "enhance", "enhance_mask", "paste_enhanced"]
-PHASES: tuple[Phase, ...] = ("detect", "select", "align", "target_mask", "swap", "swapped_mask", "paste",
-                             "enhance_align", "enhance", "enhance_mask", "paste_enhanced")
-"""The chain's order; a step's phase places it."""
-
-Field = Literal["frame", "faces", "crops", "masks", "identities", "faces_detected", "faces_selected",
-                "faces_swapped", "landmarks_68"]
-"""What a step reads or writes: the frames, the faces (positions), their crops (with the crop
-matrices), their masks, the identities, per-frame counters."""
 
 
 class Tools:
@@ -121,32 +117,6 @@ class Rows:
         return configured if self.blends is None else self.blends[row]
 
 
-StepFn = Callable[[Tools, Rows, FrameBatch], FrameBatch]
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of the chain (see the module docstring)."""
-
-    name: str
-    phase: Phase
-    run: StepFn
-    reads: tuple[Field, ...]
-    writes: tuple[Field, ...]
-    model: Component | None = None
-    """The model kind it needs loaded (None: pure geometry)."""
-    wants_gpu: bool = False
-    enabled: Callable[[EngineConfig], bool] = field(default=lambda cfg: True, compare=False)
-    """Whether a config runs it (one config field per optional step)."""
-    also: Callable[[EngineConfig], tuple[Component, ...]] = field(default=lambda cfg: (), compare=False)
-    """The model kinds it needs besides ``model`` under a config (detection by reference embeds)."""
-
-    def components(self, cfg: EngineConfig) -> list[Component]:
-        """The model kinds it loads under ``cfg``."""
-        own: list[Component] = [] if self.model is None else [self.model]
-        return list(dict.fromkeys([*own, *self.also(cfg)]))
-
-
 def _unfailed(batch: FrameBatch) -> list[int]:
     return [r for r, e in enumerate(batch.errors) if e]
 
@@ -159,8 +129,7 @@ def detect_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
     for size in dict.fromkeys(rows.canvas(r) for r in todo):  # each detector canvas once
         found.update(chain.detect_faces(tools.detector(size), batch.frames, batch.errors,
                                         [r for r in todo if rows.canvas(r) == size], rows.selections,
-                                        embedder=tools.models.embedder, classifier=tools.models.classifier,
-                                        angles=tools.cfg.detector.angles))
+                                        embedder=tools.models.embedder, angles=tools.cfg.detector.angles))
     detected = np.zeros(len(batch.frames), np.int32)
     if rows.given is not None and rows.given_found is not None:
         detected = np.where(rows.given, np.asarray(rows.given_found, np.int32), 0).astype(np.int32)
@@ -266,9 +235,8 @@ def _weighting(cfg: EngineConfig) -> bool:
 
 
 def _reference_embeds(cfg: EngineConfig) -> tuple[Component, ...]:
-    """Detection by reference embeds every face it finds; by gender, race or age it classifies them."""
-    embeds: tuple[Component, ...] = ("embedder",) if cfg.selection.mode == "reference" else ()
-    return (*embeds, "classifier") if cfg.selection.classifies else embeds
+    """Detection by reference embeds every face it finds."""
+    return ("embedder",) if cfg.selection.mode == "reference" else ()
 
 
 STEPS: tuple[Step, ...] = (
@@ -299,15 +267,21 @@ STEPS: tuple[Step, ...] = (
     Step("paste_enhanced", "paste_enhanced", paste_enhanced_step, ("frame", "crops", "masks"), ("frame",),
          enabled=_enhancing),
 )
-"""Every step, declared once and in run order (phase by phase; disabled ones are left out by
-:meth:`Chain.of`)."""
+"""Every built-in step, declared once and in run order (phase by phase; disabled ones are left out
+by :meth:`Chain.of`). The capabilities' steps follow them (:func:`all_steps`)."""
+
+
+def all_steps() -> tuple[Step, ...]:
+    """:data:`STEPS` and then the steps of every capability
+    (:data:`fusion_ray.models.capabilities.CAPABILITIES`), each placed by its phase."""
+    return (*STEPS, *capabilities.capability_steps())
 
 
 def step_named(name: str) -> Step:
-    """The step of :data:`STEPS` called ``name``."""
-    found = next((s for s in STEPS if s.name == name), None)
+    """The step called ``name`` (of :func:`all_steps`)."""
+    found = next((s for s in all_steps() if s.name == name), None)
     if found is None:
-        raise KeyError(f"no step {name!r}; the steps are {[s.name for s in STEPS]}")
+        raise KeyError(f"no step {name!r}; the steps are {[s.name for s in all_steps()]}")
     return found
 
 
@@ -333,8 +307,8 @@ class Chain:
 
     @classmethod
     def of(cls, cfg: EngineConfig, steps: Sequence[Step] | None = None) -> Chain:
-        """The enabled steps of ``steps`` (default :data:`STEPS`), ordered by phase."""
-        chosen = [s for s in (STEPS if steps is None else steps) if s.enabled(cfg)]
+        """The enabled steps of ``steps`` (default :func:`all_steps`), ordered by phase."""
+        chosen = [s for s in (all_steps() if steps is None else steps) if s.enabled(cfg)]
         return cls(tuple(sorted(chosen, key=lambda s: PHASES.index(s.phase))))
 
     @property

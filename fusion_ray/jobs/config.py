@@ -10,9 +10,9 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from fusion_ray import options_table
 from fusion_ray.config import EngineConfig, _Config, load_yaml_config, parse_config
 from fusion_ray.core.facefusion_options import (
-    FACEFUSION_OPTIONS,
     apply_facefusion_options,
     check_options_used,
 )
@@ -215,7 +215,8 @@ def with_overrides(cfg: JobConfig, options: str) -> JobConfig:
         raise ConfigError(f"item options must be a JSON object, got {options!r}")
     if not overrides:
         return cfg
-    facefusion = {key: overrides.pop(key) for key in list(overrides) if key in FACEFUSION_OPTIONS}
+    names = {option.name for option in options_table.OPTIONS}  # the table's rows as they are now
+    facefusion = {key: overrides.pop(key) for key in list(overrides) if key in names}
     engine = _deep_merge(cfg.engine.model_dump(), overrides)
     apply_facefusion_options(facefusion, engine)
     parsed = parse_config(engine, EngineConfig, source="item options")

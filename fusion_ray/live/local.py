@@ -24,6 +24,7 @@ from fusion_ray.live.follow import StreamFollower
 from fusion_ray.live.hub import LiveHub
 from fusion_ray.live.ladder import is_costly, without_costly
 from fusion_ray.live.protocol import CLOSE_POLICY, CLOSE_UNSUPPORTED, StartMessage
+from fusion_ray.models.capabilities import capability_kinds
 from fusion_ray.runners.inline import Engine
 from fusion_ray.types import Frame, SourceIdentity, check_frame
 
@@ -79,8 +80,8 @@ class EngineBackend:
         except ConfigError as exc:
             raise StreamRefused(CLOSE_UNSUPPORTED, "invalid_option", str(exc)) from exc
         models = self.engine.models
-        missing = [c for c in ("landmarker", "occluder", "parser", "classifier")
-                   if c in needed and getattr(models, c) is None]
+        missing = [c for c in ("landmarker", "occluder", "parser", *capability_kinds())
+                   if c in needed and c not in models]
         if missing:
             raise StreamRefused(CLOSE_UNSUPPORTED, "invalid_option",
                                 f"the options need models this server did not load: {', '.join(missing)}")

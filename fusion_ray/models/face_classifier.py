@@ -1,5 +1,9 @@
 """The face classifier capability: FaceFusion's ``fairface`` model (gender, age and race of a face),
-in one file: its registry row, its stand-in, its wrapper, and the selector's filters on its answers.
+in one file: its registry row, its stand-in, its wrapper, the selector's filters on its answers, the
+``classify`` step and the :class:`~fusion_ray.capability.Capability` that declares them all
+(:data:`CAPABILITY`, listed in :data:`fusion_ray.models.capabilities.CAPABILITIES`). Its options
+(``--face-selector-gender``, ``-race``, ``-age-start``, ``-age-end``) are rows of
+:data:`fusion_ray.options_table.OPTIONS`; they set the selection's fields, which the step reads.
 
 Facts from FaceFusion 3.8.1 (``face_classifier.py``, ``face_selector.py``, ``types.py``,
 ``choices.py``, ``program.py``; read for facts, not copied):
@@ -25,8 +29,9 @@ from the crop's mean colour (deterministic), and carries the ``fusion_ray.stand_
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, get_args
 
 import cv2
@@ -34,15 +39,26 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from fusion_ray.capability import Capability, Step
+from fusion_ray.config import Gender, Race
+from fusion_ray.errors import is_fatal
 from fusion_ray.models.onnx_graph import Graph
 from fusion_ray.models.onnx_info import is_stand_in_metadata
 from fusion_ray.models.registry_rows import facefusion_row
 from fusion_ray.models.spec import ModelSpec
 from fusion_ray.ops.align import align_matrix
-from fusion_ray.types import Frame, Gender, Landmarks5, Race
+from fusion_ray.types import Frame, Landmarks5
 
 if TYPE_CHECKING:
     import onnxruntime as ort
+
+    from fusion_ray.config import EngineConfig
+    from fusion_ray.core.facebatch import FrameBatch
+    from fusion_ray.core.steps import Rows, Tools
+
+log = logging.getLogger(__name__)
+KIND = "classifier"
+"""The model kind of this capability (``ModelSet["classifier"]``)."""
 
 GENDERS: tuple[Gender, ...] = get_args(Gender)
 RACES: tuple[Race, ...] = get_args(Race)
@@ -58,7 +74,7 @@ IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 CROP_SIZE = 224
 
 FAIRFACE = facefusion_row(
-    "fairface", "models-3.0.0", "classifier", CROP_SIZE, IMAGENET_MEAN, IMAGENET_STD,
+    "fairface", "models-3.0.0", KIND, CROP_SIZE, IMAGENET_MEAN, IMAGENET_STD,
     ("CC-BY-4.0 (FairFace, dchen236)", "https://github.com/dchen236/FairFace"), 0.0,
     "FairFace gender, age and race classifier: the face aligned to arcface_112_v2 at 224x224, RGB / 255, "
     "ImageNet mean/std, NCHW into 'input'; three outputs by position: race id, gender id, age id.",
@@ -165,3 +181,56 @@ def make_fairface_standin(seed: int = 0) -> onnx.ModelProto:
         outputs.append(helper.make_tensor_value_info(name, TensorProto.INT64, ["N"]))
     inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, CROP_SIZE, CROP_SIZE])]
     return finish_standin("fairface", "light", seed, g, inputs, outputs)
+
+
+# ------------------------------------------------------------------ the step
+def classify_step(tools: Tools, rows: Rows, batch: FrameBatch) -> FrameBatch:
+    """Each detected frame's faces less those the classifier's answers drop, by the selection's
+    gender, race and age (the config's: FaceFusion filters before it chooses). A frame whose faces
+    were given (a tracking read, faces followed on crops) keeps them; a frame whose classification
+    fails is marked (stage ``detect``) and has no faces."""
+    classifier = tools.models.get(KIND)
+    selection = tools.cfg.selection
+    detected = batch.counter("faces_detected").copy()
+    keep = np.ones(len(batch.faces), bool)
+    for row in range(len(batch.frames)):
+        idx = np.flatnonzero(batch.faces.frame_index == row)
+        if rows.is_given(row) or batch.errors[row] or not len(idx) or not selection.classifies:
+            continue
+        try:
+            if not isinstance(classifier, FairFaceClassifier):
+                raise ValueError("selection by gender, race or age needs the face classifier")
+            attributes = classifier.classify_faces(batch.frames[row], list(batch.faces.landmarks_5[idx]))
+            kept = kept_by_attributes(attributes, gender=selection.gender, race=selection.race,
+                                      age_start=selection.age_start, age_end=selection.age_end)
+        except Exception as exc:
+            if is_fatal(exc):
+                raise
+            batch.errors[row] = f"detect: {type(exc).__name__}: {exc}"
+            log.warning("frame %d failed: %s", row, batch.errors[row])
+            kept = []
+        keep[idx] = False
+        keep[idx[kept]] = True
+        detected[row] = len(kept)
+    return replace(batch, faces=batch.faces.take(np.flatnonzero(keep))).counted(faces_detected=detected)
+
+
+def _classifies(cfg: EngineConfig) -> bool:
+    return cfg.selection.classifies
+
+
+def _rows(cfg: EngineConfig) -> tuple[str, ...]:
+    return (FAIRFACE.name,)
+
+
+def _wrap(session: ort.InferenceSession, spec: ModelSpec, cfg: EngineConfig) -> FairFaceClassifier:
+    return FairFaceClassifier(session, spec)
+
+
+CAPABILITY = Capability(
+    "face classifier", KIND, CLASSIFIER_SPECS, _rows, _wrap,
+    steps=(Step("classify", "detect", classify_step, ("frame", "faces"), ("faces", "faces_detected"), model=KIND,
+                enabled=_classifies),),
+    standins={FAIRFACE.name: make_fairface_standin})
+"""The face classifier: the fairface row, loaded when the selection filters by gender, race or
+age, its ``classify`` step placed right after detection."""

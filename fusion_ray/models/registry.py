@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from fusion_ray.errors import ConfigError, ModelError
-from fusion_ray.models.face_classifier import CLASSIFIER_SPECS
+from fusion_ray.models import capabilities
 from fusion_ray.models.registry_quality import QUALITY_SPECS
 from fusion_ray.models.registry_rows import ASSETS, facefusion_row
 from fusion_ray.models.registry_swappers import ENHANCER_SPECS, SWAPPER_SPECS
@@ -77,8 +77,16 @@ _SPECS: tuple[ModelSpec, ...] = (
         output_range=(-1.0, 1.0)),
 )
 
-_OPTIONAL: tuple[ModelSpec, ...] = (*QUALITY_SPECS, *SWAPPER_SPECS, *ENHANCER_SPECS, *CLASSIFIER_SPECS)
+_OPTIONAL: tuple[ModelSpec, ...] = (*QUALITY_SPECS, *SWAPPER_SPECS, *ENHANCER_SPECS)
 _BY_NAME: Mapping[str, ModelSpec] = MappingProxyType({spec.name: spec for spec in (*_SPECS, *_OPTIONAL)})
+
+
+def _by_name() -> Mapping[str, ModelSpec]:
+    """Every row by name: the ones here, then the capabilities' (read as they are now)."""
+    by_name = dict(_BY_NAME)
+    for spec in capabilities.capability_specs():
+        by_name.setdefault(spec.name, spec)
+    return by_name
 
 
 def all_specs() -> tuple[ModelSpec, ...]:
@@ -88,29 +96,30 @@ def all_specs() -> tuple[ModelSpec, ...]:
 
 def optional_specs() -> tuple[ModelSpec, ...]:
     """The models outside the standard set: the landmarkers, occluders, parsers, swappers,
-    embedding converters and enhancers."""
-    return _OPTIONAL
+    embedding converters and enhancers, and the rows of the capabilities."""
+    return (*_OPTIONAL, *capabilities.capability_specs())
 
 
 def get_spec(name: str) -> ModelSpec:
     """The spec registered under ``name``; :class:`ModelError` naming the known models if none."""
+    by_name = _by_name()
     try:
-        return _BY_NAME[name]
+        return by_name[name]
     except KeyError:
-        known = ", ".join(_BY_NAME)
+        known = ", ".join(by_name)
         raise ModelError(f"unknown model {name!r}; known models: {known}") from None
 
 
 def names_of_kind(kind: ModelKind) -> tuple[str, ...]:
     """Every registered model of ``kind`` (e.g. the swappers ``--face-swapper-model`` offers), the
     standard set's first."""
-    return tuple(name for name, spec in _BY_NAME.items() if spec.kind == kind)
+    return tuple(name for name, spec in _by_name().items() if spec.kind == kind)
 
 
 def chosen_spec(name: str, kind: ModelKind, option: str) -> ModelSpec:
     """The row of ``name``, a model of ``kind`` chosen by ``option`` (e.g. ``--face-swapper-model``);
     :class:`ConfigError` naming the valid names when it is not one."""
-    spec = _BY_NAME.get(name)
+    spec = _by_name().get(name)
     if spec is None or spec.kind != kind:
         raise ConfigError(f"{option} {name!r}: not a registered {kind}; expected one of "
                           f"{', '.join(names_of_kind(kind))}")

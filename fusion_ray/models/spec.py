@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-ModelKind = Literal["detector", "embedder", "swapper", "enhancer", "landmarker", "occluder", "parser",
-                    "converter", "classifier"]
+ModelKind = str
+"""A row's kind: a built-in one (``detector``, ``embedder``, ``swapper``, ``enhancer``,
+``landmarker``, ``occluder``, ``parser``, ``converter``) or the kind a capability declares
+(:class:`fusion_ray.capability.Capability`)."""
 TemplateName = Literal["arcface_112_v1", "arcface_112_v2", "arcface_128", "ffhq_512", "mtcnn_512"]
 ColorOrder = Literal["RGB", "BGR"]
 Layout = Literal["NCHW", "NHWC"]

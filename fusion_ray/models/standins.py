@@ -311,12 +311,12 @@ _BUILDERS = {
 def make_standin(name: str, *, variant: str = "light", seed: int = 0) -> onnx.ModelProto:
     """The stand-in for ``name`` as an in-memory ``ModelProto`` (deterministic for a seed)."""
     if name not in _BUILDERS:
-        from fusion_ray.models.standins_quality import QUALITY_STANDIN_NAMES, make_quality_standin
+        from fusion_ray.models.standins_quality import make_quality_standin, quality_standin_names
 
-        if name in QUALITY_STANDIN_NAMES:
+        if name in quality_standin_names():
             return make_quality_standin(name, variant=variant, seed=seed)
         raise ModelError(f"no stand-in for model {name!r}; expected one of "
-                         f"{', '.join((*STANDIN_NAMES, *QUALITY_STANDIN_NAMES))}")
+                         f"{', '.join((*STANDIN_NAMES, *quality_standin_names()))}")
     if variant not in VARIANTS:
         raise ModelError(f"unknown stand-in variant {variant!r}; expected one of {', '.join(VARIANTS)}")
     rng = np.random.default_rng([int(seed), _NAME_SALT[name]])

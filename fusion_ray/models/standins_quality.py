@@ -29,13 +29,21 @@ import onnx
 
 from fusion_ray.errors import ModelError
 from fusion_ray.fsutil import atomic_write_bytes
+from fusion_ray.models import capabilities
 from fusion_ray.models.onnx_graph import Graph, float_value_info
 from fusion_ray.models.registry_swappers import ENHANCER_SPECS, SWAPPER_SPECS
 from fusion_ray.models.standins_models import build_from_spec
 
 _FIXED_GRAPHS: tuple[str, ...] = ("2dfan4", "xseg_1", "xseg_2", "xseg_3", "bisenet_resnet_18", "bisenet_resnet_34")
 QUALITY_STANDIN_NAMES: tuple[str, ...] = (
-    *_FIXED_GRAPHS, *(s.name for s in (*SWAPPER_SPECS, *ENHANCER_SPECS)), "fairface")
+    *_FIXED_GRAPHS, *(s.name for s in (*SWAPPER_SPECS, *ENHANCER_SPECS)),
+    *(name for capability in capabilities.CAPABILITIES for name in capability.standins))
+
+
+def quality_standin_names() -> tuple[str, ...]:
+    """:data:`QUALITY_STANDIN_NAMES` with the stand-ins of the capabilities as they are now."""
+    now = (name for capability in capabilities.CAPABILITIES for name in capability.standins)
+    return tuple(dict.fromkeys((*QUALITY_STANDIN_NAMES, *now)))
 
 _EYE = (0.08, 0.03)
 _MOUTH_OUTER = (0.18, 0.07)
@@ -157,10 +165,9 @@ def make_quality_standin(name: str, *, variant: str = "light", seed: int = 0) ->
 
     if variant != "light":
         raise ModelError(f"{name}: only a 'light' stand-in exists, got variant {variant!r}")
-    if name == "fairface":  # the face classifier capability builds its own
-        from fusion_ray.models.face_classifier import make_fairface_standin
-
-        return make_fairface_standin(seed)
+    built = next((c.standins[name] for c in capabilities.CAPABILITIES if name in c.standins), None)
+    if built is not None:  # a capability builds its own
+        return built(seed)
     if name == "2dfan4":
         graph, inputs, outputs = _build_2dfan4()
     elif name.startswith("xseg_") and name in QUALITY_STANDIN_NAMES:

@@ -86,7 +86,7 @@ class Engine:
     # ---------------------------------------------------------------- whole frame
     @property
     def chain(self) -> Chain:
-        """The steps this engine runs (:data:`fusion_ray.core.steps.STEPS` its config enables)."""
+        """The steps this engine runs (:func:`fusion_ray.core.steps.all_steps` its config enables)."""
         if self._chain is None:
             self._chain = Chain.of(self.cfg)
         return self._chain

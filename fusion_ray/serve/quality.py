@@ -23,6 +23,7 @@ from fusion_ray.core.facefusion_options import (
 from fusion_ray.core.modelset import Component, mask_model_names
 from fusion_ray.core.steps import Chain, Phase, required_components
 from fusion_ray.errors import ConfigError
+from fusion_ray.models import capabilities
 from fusion_ray.options_table import MODEL_MASKS, OPTIONS, Cap, pixels
 from fusion_ray.serve.limits import ApiError
 from fusion_ray.serve.settings import LimitsSettings, ServeSettings
@@ -114,9 +115,11 @@ def request_quality(options: FaceFusionOptions, settings: ServeSettings, *, enha
     except ConfigError as exc:
         raise ApiError(422, "invalid_option", str(exc)) from exc
     _check_unused(options, resulting, wants)
-    if resulting.selection.classifies and not cfg.selection.classifies:
-        raise ApiError(422, "invalid_option", "selection by gender, race or age needs the face classifier, "
-                       "which this service did not load (set one of them in its engine.selection)")
+    unloaded = required_components(resulting) - required_components(cfg)
+    for capability in capabilities.CAPABILITIES:
+        if capability.kind in unloaded:
+            raise ApiError(422, "invalid_option", f"these options need the {capability.name}, which this service "
+                           "did not load (set them in its engine config)")
     models = quality_models(resulting)
     if not wants:
         return RequestQuality(options, None, models)
