@@ -63,14 +63,16 @@ class ImageHeader:
         return self.alpha or self.deep
 
 
-def header_of(fmt: str, image: ImageFile.ImageFile) -> ImageHeader:
-    """The header fields of an image Pillow has opened (not decoded)."""
+def header_of(fmt: str, image: ImageFile.ImageFile, data: bytes = b"") -> ImageHeader:
+    """The header fields of an image Pillow has opened (not decoded); ``data``: the file's bytes
+    (where a PNG's EXIF is looked for)."""
     width, height = image.size
     mode = str(image.mode)
     alpha = "A" in mode or "a" in mode or "transparency" in image.info
     raw_modes = [t.args[0] if isinstance(t.args, tuple) else t.args for t in image.tile]
     deep = mode.startswith(("I", "F")) or any(isinstance(r, str) and "16" in r.split(";")[-1] for r in raw_modes)
-    return ImageHeader(fmt, int(width), int(height), mode, alpha, deep, exif_orientation(image), frame_count(image))
+    return ImageHeader(fmt, int(width), int(height), mode, alpha, deep, exif_orientation(image, data),
+                       frame_count(image))
 
 
 def frame_count(image: Image.Image) -> int:
@@ -84,13 +86,45 @@ def frame_count(image: Image.Image) -> int:
 ORIENTATION_TAG = 0x0112
 
 
-def exif_orientation(image: Image.Image) -> int:
-    """The image's EXIF orientation tag, 1 (upright) when it has none or a value out of range."""
+def exif_orientation(image: Image.Image, data: bytes = b"") -> int:
+    """The image's EXIF orientation tag, 1 (upright) when it has none or a value out of range.
+
+    A PNG may keep its EXIF (an ``eXIf`` chunk) after its pixels, where Pillow's ``getexif``
+    decodes the whole image to find it (as long as the decode itself); it is found here by walking
+    the chunks of ``data`` instead."""
     try:
-        value = image.getexif().get(ORIENTATION_TAG, 1)
+        if image.format == "PNG" and "exif" not in image.info:
+            raw = png_chunk(data, b"eXIf")
+            if raw is None:
+                return 1
+            exif = Image.Exif()
+            exif.load(raw)
+            value = exif.get(ORIENTATION_TAG, 1)
+        else:
+            value = image.getexif().get(ORIENTATION_TAG, 1)
     except Exception:  # noqa: BLE001 - a malformed EXIF block is ignored, as viewers do
         return 1
     return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_chunk(data: bytes, kind: bytes) -> bytes | None:
+    """The payload of a PNG's first chunk of ``kind``, found by the chunks' lengths without
+    reading their contents; None when there is none before ``IEND`` or the data ends."""
+    if not data.startswith(PNG_SIGNATURE):
+        return None
+    pos = len(PNG_SIGNATURE)
+    while pos + 8 <= len(data):
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        name = data[pos + 4:pos + 8]
+        if name == kind:
+            return data[pos + 8:pos + 8 + length]
+        if name == b"IEND":
+            return None
+        pos += 12 + length  # length, name, payload, CRC
+    return None
 
 
 def gif_canvas(data: bytes) -> tuple[int, int] | None:
@@ -141,7 +175,7 @@ def read_image_header(data: bytes, name: str = "image") -> ImageHeader:
         width, height = image.size
         if width <= 0 or height <= 0:
             raise MalformedImageError(f"{name}: malformed {fmt.upper()} header (size {width}x{height})")
-        return header_of(fmt, image)
+        return header_of(fmt, image, data)
     raise UnsupportedImageError(
         f"{name} is not an image in a supported format ({', '.join(SUPPORTED_FORMATS)})")
 

@@ -53,3 +53,34 @@ def test_a_gif_canvas_is_grown_by_its_later_frames():
     assert gif_canvas(small_gif(size=(24, 16))) == (24, 16)
     assert gif_canvas(b"\x89PNG\r\n\x1a\n") is None
     assert gif_canvas(gif_bomb(4)[:40]) == (16, 16)  # truncated: the frames it holds
+
+
+def _with_chunk_before_iend(png: bytes, name: bytes, payload: bytes) -> bytes:
+    import zlib
+
+    end = png.rindex(b"IEND") - 4
+    chunk = len(payload).to_bytes(4, "big") + name + payload + zlib.crc32(name + payload).to_bytes(4, "big")
+    return png[:end] + chunk + png[end:]
+
+
+@pytest.mark.parametrize("orientation", [None, 6])
+def test_a_png_header_is_read_without_decoding_its_pixels_even_with_its_exif_after_them(orientation, monkeypatch):
+    from PIL import PngImagePlugin
+
+    png = _cv(".png", (40, 30, 3), np.uint8)
+    if orientation is not None:  # an eXIf chunk after the pixels, where cameras and editors may put it
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        png = _with_chunk_before_iend(png, b"eXIf", exif.tobytes())
+
+    decodes = []
+    load = PngImagePlugin.PngImageFile.load
+
+    def counted(self):  # type: ignore[no-untyped-def]
+        decodes.append(1)
+        return load(self)
+
+    monkeypatch.setattr(PngImagePlugin.PngImageFile, "load", counted)
+    header = read_image_header(png)
+    assert (header.width, header.height, header.orientation) == (30, 40, orientation or 1)
+    assert not decodes, "the header read decoded the pixels"
