@@ -71,7 +71,7 @@ def plan_one(given: ItemPlan, ctx: GroupContext, storage: Storage) -> tuple[Item
                     raise ValueError(f"item {plan.index}: a video planned without its parts key")
                 resumed = finished_segments(storage, plan.work_dir, plan.segments)
                 units = video_units(plan, ctx, set(resumed))
-            elif plan.frames == 1:  # an animated image is swapped whole, apart (pipeline.animated)
+            elif plan.frames == 1:  # an animated image is swapped whole, apart (jobs.animated)
                 units = [ReadUnit(plan.index, str(plan.item.target), ctx.source_of[plan.index], None, plan.frame_hw,
                                   target=image_target(plan, ctx))]
         except Exception as exc:  # this item fails alone (a model or Ray error is no planning error)

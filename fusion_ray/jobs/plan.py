@@ -373,7 +373,7 @@ def _plan_image(plan: ItemPlan, storage: Storage) -> ItemPlan:
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
     header = check_header(data, str(path), DEFAULT_MAX_PIXELS)
-    if is_animated(header):  # swapped frame by frame in a task of its own (pipeline.animated)
+    if is_animated(header):  # swapped frame by frame in a task of its own (jobs.animated)
         check_animated_output(header, plan.output.suffix, str(path))
         return dataclasses.replace(plan, frame_hw=(header.height, header.width), frames=header.frames)
     check_image_suffix(plan.output.suffix)  # an image item named .mp4: before any work, not the encoder's error
