@@ -4,7 +4,8 @@
   (one face turns while it walks, one crosses behind it, one is hidden twice) as an H.264 MP4
   whose AAC audio starts before its first video frame, as phone and camera files often do.
 - :func:`make_mixed_photo_set`: a folder of PNG and JPEG photos of 0.5 to 2 megapixels with 1 to
-  3 faces each, built from the shared photos (crops, mirrors, two photos side by side).
+  3 faces (a crop may cut one out, as a real folder has photos without a face), built from the
+  shared photos (crops, mirrors, two photos side by side).
 - :func:`unswapped_faces`: the faces the real detector finds on sampled input frames whose box
   the output left unchanged (a face the swap missed).
 """
@@ -83,7 +84,7 @@ def _mux_tone(out: av.container.OutputContainer, audio: av.AudioStream, done: in
 def make_mixed_photo_set(folder: Path, count: int, photos: Sequence[Path], *, seed: int = 0,
                          png_share: float = 0.4) -> list[Path]:
     """``count`` photos in ``folder``: each a crop (75 to 100% of a side) of one shared photo or of
-    two side by side (1 to 3 faces), mirrored half the time, scaled to 0.5 to 2 megapixels, saved as
+    two side by side (1 to 3 faces; a crop may cut one out), mirrored half the time, scaled to 0.5 to 2 megapixels, saved as
     PNG (``png_share`` of them) or JPEG; the same seed gives the same files."""
     rng = np.random.default_rng(seed)
     frames = [read_image(p).frame for p in photos]

@@ -14,12 +14,12 @@ def _row(workload: str, runner: str, wall: float, status: str = "ok") -> dict[st
 
 
 def test_rows_show_their_speed_up_over_insightface_s_loop_of_the_same_workload() -> None:
-    table = render_markdown([_row("clip", "local", 4.0), _row("clip", "insightface", 10.0),
-                             _row("photos", "local", 2.0)])
+    checked = {**_row("clip", "local", 4.0), "unswapped": "0/30"}
+    table = render_markdown([checked, _row("clip", "insightface", 10.0), _row("photos", "local", 2.0)])
     lines = table.splitlines()
-    assert "| clip | local | 10 | 4.0 | 1.00 | 5.0 | 2.50x | ok |" in lines
-    assert "| clip | insightface | 10 | 10.0 | 1.00 | 5.0 | 1.00x | ok |" in lines
-    assert "| photos | local | 10 | 2.0 | 1.00 | 5.0 | - | ok |" in lines  # no loop ran on it
+    assert "| clip | local | 10 | 4.0 | 1.00 | 5.0 | 2.50x | 0/30 | ok |" in lines
+    assert "| clip | insightface | 10 | 10.0 | 1.00 | 5.0 | 1.00x | - | ok |" in lines
+    assert "| photos | local | 10 | 2.0 | 1.00 | 5.0 | - | - | ok |" in lines  # no loop ran on it, not checked
 
 
 def test_the_insightface_runner_needs_its_python_and_the_inswapper_folder(tmp_path: Path) -> None:
