@@ -63,7 +63,7 @@ class ImageHeader:
         return self.alpha or self.deep
 
 
-def header_of(fmt: str, image: ImageFile.ImageFile, data: bytes = b"") -> ImageHeader:
+def header_of(fmt: str, image: ImageFile.ImageFile, data: bytes) -> ImageHeader:
     """The header fields of an image Pillow has opened (not decoded); ``data``: the file's bytes
     (where a PNG's EXIF is looked for)."""
     width, height = image.size
@@ -86,20 +86,22 @@ def frame_count(image: Image.Image) -> int:
 ORIENTATION_TAG = 0x0112
 
 
-def exif_orientation(image: Image.Image, data: bytes = b"") -> int:
+def exif_orientation(image: Image.Image, data: bytes) -> int:
     """The image's EXIF orientation tag, 1 (upright) when it has none or a value out of range.
 
-    A PNG may keep its EXIF (an ``eXIf`` chunk) after its pixels, where Pillow's ``getexif``
-    decodes the whole image to find it (as long as the decode itself); it is found here by walking
-    the chunks of ``data`` instead."""
+    A PNG may keep its EXIF (an ``eXIf`` chunk) after its pixels, where Pillow's PNG ``getexif``
+    decodes the whole image to find it (as long as the decode itself): that chunk is found by
+    walking the chunks of ``data`` (the file's bytes); otherwise Pillow's own sources read when the
+    file was opened (an ``eXIf`` before the pixels, ImageMagick's raw EXIF profile, XMP's
+    ``tiff:Orientation``) answer, without a decode."""
     try:
-        if image.format == "PNG" and "exif" not in image.info:
-            raw = png_chunk(data, b"eXIf")
-            if raw is None:
-                return 1
+        raw = png_chunk(data, b"eXIf") if image.format == "PNG" and "exif" not in image.info else None
+        if raw is not None:
             exif = Image.Exif()
             exif.load(raw)
             value = exif.get(ORIENTATION_TAG, 1)
+        elif image.format == "PNG":
+            value = Image.Image.getexif(image).get(ORIENTATION_TAG, 1)  # the base class's: no decode
         else:
             value = image.getexif().get(ORIENTATION_TAG, 1)
     except Exception:  # noqa: BLE001 - a malformed EXIF block is ignored, as viewers do

@@ -91,7 +91,7 @@ def _other_format_header(data: bytes, name: str) -> ImageHeader | None:
             continue
         width, height = image.size
         if width > 0 and height > 0:
-            header = header_of(fmt.lower(), image)
+            header = header_of(fmt.lower(), image, data)
             canvas = gif_canvas(data) if fmt == "GIF" else None
             return header if canvas is None else dataclasses.replace(header, width=canvas[0], height=canvas[1])
     return None

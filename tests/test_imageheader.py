@@ -84,3 +84,33 @@ def test_a_png_header_is_read_without_decoding_its_pixels_even_with_its_exif_aft
     header = read_image_header(png)
     assert (header.width, header.height, header.orientation) == (30, 40, orientation or 1)
     assert not decodes, "the header read decoded the pixels"
+
+
+def _png_with(info: object) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (40, 30)).save(buffer, "PNG", pnginfo=info)
+    return buffer.getvalue()
+
+
+def test_a_png_orientation_in_xmp_or_in_a_raw_exif_profile_is_read_as_pillow_reads_it():
+    from PIL import PngImagePlugin
+
+    xmp = PngImagePlugin.PngInfo()
+    xmp.add_itxt("XML:com.adobe.xmp", '<x:xmpmeta><rdf:Description tiff:Orientation="6"/></x:xmpmeta>')
+    exif = Image.Exif()
+    exif[0x0112] = 8
+    raw = exif.tobytes()
+    profile = PngImagePlugin.PngInfo()  # ImageMagick's way: the EXIF as hex in a text chunk
+    profile.add_text("Raw profile type exif", f"\nexif\n{len(raw):8d}\n{raw.hex()}\n")
+    assert read_image_header(_png_with(xmp)).orientation == 6
+    assert read_image_header(_png_with(profile)).orientation == 8
+
+
+def test_a_damaged_png_chunk_list_reads_as_no_exif():
+    from fusion_ray.imageheader import png_chunk
+
+    png = _png_with(None)
+    huge = png[:8] + (2**32 - 1).to_bytes(4, "big") + png[12:]
+    assert png_chunk(huge, b"eXIf") is None
+    assert png_chunk(png[:20], b"eXIf") is None
+    assert png_chunk(b"not a png", b"eXIf") is None
