@@ -27,6 +27,7 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,19 +163,23 @@ class _BatchedPart:
 class BatchedEmbedding:
     """Source embedding batched across requests, for the deployment that holds the embedder (the
     split placement's Swapper, the fused deployment): ``models``, ``cfg`` and ``embed_wait`` are
-    set by the deployment's ``__init__``."""
+    set by the deployment's ``__init__``. Each deployment class declares its own
+    ``@serve.batch`` ``_embed_batched`` calling :meth:`embed_requests`: ``serve.batch`` keeps one
+    queue (and its wait and size) per decorated function, so one function shared by two classes
+    would batch their requests together where both live in one process."""
 
     models: ModelSet
     cfg: EngineConfig
     embed_wait: AdaptiveWait
+    _embed_batched: Callable[..., Any]
 
     async def embed(self, faces: list[identity.SourceFace]) -> dict[str, Any]:
         """One request: the source faces of its source images -> one identity (embedding batched)."""
         _set_wait(self._embed_batched, self.embed_wait.arrival(time.monotonic()))
         return await self._embed_batched(faces)  # type: ignore[arg-type,no-any-return]
 
-    @serve.batch
-    async def _embed_batched(self, requests: list[list[identity.SourceFace]]) -> list[dict[str, Any]]:
+    async def embed_requests(self, requests: list[list[identity.SourceFace]]) -> list[dict[str, Any]]:
+        """A batch of requests' source faces -> one identity each (the model call off the event loop)."""
         return await asyncio.to_thread(embed_batch, self.models, self.cfg, requests)
 
 
@@ -198,6 +203,10 @@ class SwapperDeployment(BatchedEmbedding):
         log.info("swapper replica ready (cpu budget %s, swap batch %d)", budget,
                  settings.batching.swap.max_batch_size)
 
+
+    @serve.batch
+    async def _embed_batched(self, requests: list[list[identity.SourceFace]]) -> list[dict[str, Any]]:
+        return await self.embed_requests(requests)
     async def advance(self, job: FrameJob, state: FrameState) -> dict[str, Any]:
         """One frame's part (batched with the other requests')."""
         _set_wait(self._swap_batched, self.swap_wait.arrival(time.monotonic()))  # type: ignore[misc]

@@ -87,6 +87,10 @@ class FusedDeployment(BatchedEmbedding):
         self.stop_s = settings.shutdown.drain_timeout_s
         log.info("fused replica ready (cpu budget %s, frame batch %d)", budget, settings.batching.frames.max_batch_size)
 
+
+    @serve.batch
+    async def _embed_batched(self, requests: list[list[identity.SourceFace]]) -> list[dict[str, Any]]:
+        return await self.embed_requests(requests)
     async def process(self, job: FrameJob) -> dict[str, Any]:
         """One frame through the whole chain (batched with the other callers' frames)."""
         _set_wait(self._process_batched, self.frames_wait.arrival(time.monotonic()))  # type: ignore[misc]

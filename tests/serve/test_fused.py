@@ -55,3 +55,12 @@ def test_a_fused_replica_loads_the_models_of_every_step_a_request_may_run(monkey
                          model="occluder", wants_gpu=True)
     monkeypatch.setattr(steps, "STEPS", (*steps.STEPS, parsing))
     assert "occluder" in fused_components(settings)
+
+
+def test_each_deployment_that_embeds_has_its_own_batch_queue():
+    # serve.batch keeps one queue (and its wait and size) per decorated function: a function
+    # shared by two deployment classes would batch their requests together in one process
+    from fusion_ray.serve.deployments import SwapperDeployment
+    from fusion_ray.serve.fused import FusedDeployment
+
+    assert SwapperDeployment.func_or_class._embed_batched is not FusedDeployment.func_or_class._embed_batched
