@@ -59,9 +59,14 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if _type_checking(node):
+        if _type_checking(node):  # only its else branch runs
+            for child in getattr(node, "orelse", []):
+                visit(child)
             return
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.startswith("fusion_ray"):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            raise AssertionError(f"{path}: a relative import (from {'.' * node.level}{node.module or ''}); "
+                                 "the package imports by absolute names")
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fusion_ray"):
             for alias in node.names:
                 sub = f"{node.module}.{alias.name}"
                 found.add(sub if sub in modules else node.module)
@@ -130,8 +135,33 @@ def test_no_import_cycle() -> None:
     assert not cycles, f"import cycles: {cycles}"
 
 
-def test_the_layer_rule_catches_an_upward_import() -> None:
-    assert layer_of("fusion_ray.core.tracking.tracks") < layer_of("fusion_ray.jobs.plan")
+def test_the_layer_rule_catches_an_upward_import(tmp_path: Path) -> None:
+    module = tmp_path / "probe.py"
+    module.write_text("from typing import TYPE_CHECKING\n"
+                      "if TYPE_CHECKING:\n    from fusion_ray.cli import main\n"
+                      "else:\n    from fusion_ray.ops import align\n"
+                      "def later():\n    from fusion_ray.jobs.plan import plan_job\n")
+    found = imports_of(module, {"fusion_ray.ops.align", "fusion_ray.jobs.plan"})
+    assert found == {"fusion_ray.ops.align", "fusion_ray.jobs.plan"}  # not the TYPE_CHECKING one
+    assert layer_of("fusion_ray.jobs.plan") > layer_of("fusion_ray.core.tracking.tracks")
     assert layer_of("fusion_ray.runners.inline") < layer_of("fusion_ray.runners.local.runner")
     assert layer_of("fusion_ray.runners") < layer_of("fusion_ray.ops.align")
-    assert layer_of("fusion_ray.capability") < layer_of("fusion_ray.models.face_classifier")
+    module.write_text("from .x import y\n")
+    with pytest.raises(AssertionError, match="relative import"):
+        imports_of(module, set())
+
+
+NO_SERVICE_OR_CLUSTER = ("fusion_ray.core", "fusion_ray.jobs", "fusion_ray.ops", "fusion_ray.models")
+"""Packages that import neither Ray nor the web stack: they run in any runner's process."""
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if m.startswith(NO_SERVICE_OR_CLUSTER)))
+def test_the_core_and_jobs_import_neither_ray_nor_the_web_stack(module: str) -> None:
+    path = PACKAGE.parent / (module.replace(".", "/") + ("/__init__.py" if (PACKAGE.parent / module.replace(".", "/")).is_dir() else ".py"))
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    assert not names & {"ray", "fastapi", "starlette"}, f"{module} imports {sorted(names & {'ray', 'fastapi', 'starlette'})}"

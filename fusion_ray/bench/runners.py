@@ -90,11 +90,21 @@ def engine_args(scrfd: Path, models_dir: Path | None) -> list[str]:
     return [*swapper, "--model", f"scrfd_2.5g={scrfd}", "--providers", "cpu"]
 
 
+def run_label(workload: str, runner: str, setting: Setting) -> str:
+    """The name of one run's files."""
+    return f"{workload}_{runner}_{setting[0]}".replace(" ", "_")
+
+
+def output_folder(work: Path, workload: str, runner: str, setting: Setting) -> Path:
+    """Where one run's outputs go."""
+    return work / f"out_{run_label(workload, runner, setting)}"
+
+
 def run_one(workload: str, runner: str, *, source: Path, targets: str, scrfd: Path, work: Path,
             models_dir: Path | None = None, setting: Setting = ("", [])) -> RunnerResult:
     """One ``fusion-ray job`` over ``targets`` (a glob) with ``runner`` and the setting's options."""
-    label = f"{workload}_{runner}_{setting[0]}".replace(" ", "_")
-    out = work / f"out_{label}"
+    label = run_label(workload, runner, setting)
+    out = output_folder(work, workload, runner, setting)
     out.mkdir(parents=True, exist_ok=True)
     report = work / f"report_{label}.json"
     args = ["job", "--runner", runner, "--source-pattern", str(source), "--target-pattern", targets,
@@ -166,8 +176,8 @@ def bench_runners(*, photos: Sequence[Path], group_photo: Path, scrfd: Path, cli
                 for setting in settings:
                     result = run_one(workload, runner, source=photos[0], targets=targets, scrfd=scrfd,
                                      work=work, models_dir=models_dir, setting=setting)
-                    if check_every and detector is not None:
-                        out = work / f"out_{workload}_{runner}_{setting[0]}".replace(" ", "_")
+                    if check_every and detector is not None and result.status == "ok":
+                        out = output_folder(work, workload, runner, setting)
                         found = unswapped_faces([(f, out / f.name) for f in files], detector, every=check_every)
                         result = replace(result, unswapped=f"{found['unswapped']}/{found['faces']}")
                     results.append(result)

@@ -1,14 +1,15 @@
-"""The ordered sink: segment writer actors and the final stage that feeds them.
+"""The ordered sink: segment writers (a Ray actor in the Ray runner, a plain object in the local
+runner) and image outputs.
 
-``EncodeStage`` (the last ``map_batches`` stage) sends each segment's processed frames to one
-``SegmentWriter`` actor, chosen by the segment's key, so that every segment is encoded by a
-single writer; each row's ``target`` column says where it goes (a :class:`VideoTarget`: its
+The Ray runner's last stage (:class:`fusion_ray.runners.ray.encode_stage.EncodeStage`) sends each
+segment's processed frames to one ``SegmentWriter`` actor, chosen by the segment's key
+(:func:`writer_for`), so that every segment is encoded by a single writer; each row's ``target`` column says where it goes (a :class:`VideoTarget`: its
 video's size, rate and parts folder; an :class:`ImageTarget`: its output). The writer re-orders
 frames by index and streams them into a PyAV encoder running in a thread, one per open
 segment; a segment's file is complete once its last frame is in. No process ever holds a
 whole video: a writer holds only frames that arrived out of order, and the stage returns slim
 rows (no pixels) to the driver, which has a Ray task join the segments.
-Image items are written directly by the stage, with the alpha plane their read task decoded
+Image items are written directly by that stage (:func:`write_image`), with the alpha plane their read task decoded
 (the ``alpha`` column), unless an earlier stage failed on the image (its row carries an
 ``error``): then nothing is written. Rows marked ``read_failed`` hold no frame and are not
 written. Failed video frames are passed through unchanged (a video cannot skip a frame); the
@@ -25,7 +26,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -35,9 +35,8 @@ import numpy as np
 
 from fusion_ray.imageio import encode_image, write_bytes_atomic
 from fusion_ray.jobs.parts import SegmentCounts, counts_name, segment_name
-from fusion_ray.jobs.reading import alpha_plane, is_remote, unpack
+from fusion_ray.jobs.reading import alpha_plane, is_remote
 from fusion_ray.jobs.segment_status import SegmentKey
-from fusion_ray.jobs.stages import Batch, Stage, num_rows
 from fusion_ray.storage import Storage, StorageConfig
 from fusion_ray.video.encode import EncodeOptions, encode_segment
 
@@ -234,71 +233,6 @@ def writer_for(key: SegmentKey, count: int) -> int:
     """The writer that owns a segment, the same in every process: consecutive segments of a video
     (decoded at once) and the single segments of consecutive videos go to different writers."""
     return (key[0] + key[1]) % count
-
-
-class EncodeStage(Stage):
-    """Last stage: routes video frames to their segment writer, writes image items, drops pixels."""
-
-    name = "encode"
-    consumes = ("frame", "alpha", "item", "segment", "index", "read_failed", "image", "seg_start", "seg_count",
-                "target")
-    retires = ("frame", "alpha", "target")
-    """The driver needs no pixels: they leave here, not in a later drop_columns task (a task wants
-    a whole CPU, which the actor pools may hold until the reads end)."""
-
-    def __init__(self, writers: Sequence[Any]) -> None:
-        self.writers = list(writers)
-        self._pool = ThreadPoolExecutor(max_workers=IMAGE_WRITE_THREADS, thread_name_prefix="image-write")
-        self._targets: dict[bytes, Any] = {}
-        """Unpacked targets (the rows of a video share one)."""
-        super().__init__()
-
-    def _target(self, packed: bytes) -> Any:
-        if packed not in self._targets:
-            if len(self._targets) > 1024:
-                self._targets.clear()
-            self._targets[packed] = unpack(packed)
-        return self._targets[packed]
-
-
-    def process(self, batch: Batch, errors: list[str]) -> Batch:
-        import ray
-
-        n = num_rows(batch)
-        groups: dict[SegmentKey, list[int]] = {}
-        images: list[int] = []
-        for row in range(n):
-            if bool(batch["read_failed"][row]):
-                continue  # nothing was read: nothing to write
-            if bool(batch["image"][row]):
-                # A failed image is not written: the job reports it failed, and an output
-                # file would make a re-run skip it.
-                if not errors[row]:
-                    images.append(row)
-            else:
-                groups.setdefault((int(batch["item"][row]), int(batch["segment"][row])), []).append(row)
-        if images:  # encoded and written in parallel (the encoders and the uploads release the GIL)
-            jobs = [(row, self._target(batch["target"][row])) for row in images]
-            list(self._pool.map(lambda job: self._write_image(batch, errors, *job), jobs))
-        pending = []
-        for key, rows in groups.items():
-            first = rows[0]
-            start, count = int(batch["seg_start"][first]), int(batch["seg_count"][first])
-            writer = self.writers[writer_for(key, len(self.writers))]
-            frames = [np.asarray(batch["frame"][r]) for r in rows]
-            indices = [int(batch["index"][r]) for r in rows]
-            faces = [int(batch["faces_swapped"][r]) if "faces_swapped" in batch else 0 for r in rows]
-            pending.append(writer.push.remote(key, start, count, indices, frames, self._target(batch["target"][first]),
-                                              [errors[r] for r in rows], faces))
-        if pending:
-            ray.get(pending)  # back-pressure: the stage waits for its writers
-        return {}
-
-    def _write_image(self, batch: Batch, errors: list[str], row: int, target: ImageTarget) -> None:
-        try:
-            write_image(np.asarray(batch["frame"][row]), batch["alpha"][row], target)
-        except Exception as exc:
-            errors[row] = f"{self.name}: {type(exc).__name__}: {exc}"
 
 
 def write_image(frame: np.ndarray, alpha: bytes, target: ImageTarget) -> None:

@@ -25,7 +25,7 @@ from fusion_ray.config import EngineConfig
 from fusion_ray.core.steps import Chain
 from fusion_ray.jobs.config import FUSED_POOL, PipelineConfig, StagePool, StageResources
 from fusion_ray.jobs.stages import Batch, ChainStage, Stage, stage_groups
-from fusion_ray.jobs.writer import EncodeStage
+from fusion_ray.runners.ray.encode_stage import EncodeStage
 from fusion_ray.types import Embedding, SourceIdentity
 
 log = logging.getLogger(__name__)

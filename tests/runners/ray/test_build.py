@@ -6,7 +6,6 @@ from fusion_ray.config import EngineConfig, EnhanceConfig, MaskConfig, RuntimeCo
 from fusion_ray.core import steps
 from fusion_ray.core.steps import Step
 from fusion_ray.jobs.config import PipelineConfig, StageResources
-from fusion_ray.jobs.writer import EncodeStage
 from fusion_ray.runners.ray.build import (
     Sink,
     _gets_gpu,
@@ -15,6 +14,7 @@ from fusion_ray.runners.ray.build import (
     stage_pools,
     stage_specs,
 )
+from fusion_ray.runners.ray.encode_stage import EncodeStage
 
 CUDA = EngineConfig(runtime=RuntimeConfig(providers=["cuda"]), enhance=EnhanceConfig(enabled=True))
 
