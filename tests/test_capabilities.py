@@ -215,3 +215,13 @@ def test_a_capability_taken_out_is_gone(tmp_path: Path) -> None:
     assert "score" not in Chain.of(cfg).names and "scorer" not in required_components(cfg)
     with pytest.raises(AttributeError):
         ModelSet().scorer  # noqa: B018
+
+
+def test_every_capability_kind_is_new_and_no_name_of_the_model_set():
+    from fusion_ray.core.modelset import BUILT_IN_COMPONENTS, ModelSet
+    from fusion_ray.models.capabilities import CAPABILITIES
+
+    kinds = [capability.kind for capability in CAPABILITIES]
+    assert len(set(kinds)) == len(kinds)
+    assert not set(kinds) & set(BUILT_IN_COMPONENTS)
+    assert not {kind for kind in kinds if hasattr(ModelSet, kind)}  # a method would hide its view

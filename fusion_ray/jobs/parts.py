@@ -83,12 +83,19 @@ def parts_folder(output: Folder) -> Folder:
     return output.with_name(output.name + PARTS_SUFFIX)
 
 
+OUTPUT_REVISION = 2
+"""Raised when the same inputs, settings and models give other pixels than before (2: the source
+face aligned on a confident 68-point landmarker's points, dlib's points on rolled faces), so a
+job resumed across an upgrade never joins segments of both."""
+
+
 def parts_key(inputs: Sequence[tuple[str, str]], cfg: JobConfig, models: str) -> str:
     """What the segments are made of, hashed: ``inputs`` are (name, fingerprint) of the target,
     the sources and the reference image; the engine settings except ``runtime`` (threads and
     providers do not change what is swapped); ``models`` (:func:`models_fingerprint`); the
-    segment length and the encoder options. 16 hex digits."""
+    segment length and the encoder options; :data:`OUTPUT_REVISION`. 16 hex digits."""
     record = {
+        "revision": OUTPUT_REVISION,
         "inputs": list(inputs),
         "engine": cfg.engine.model_dump(mode="json", exclude={"runtime"}),
         "models": models,
