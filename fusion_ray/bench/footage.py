@@ -16,69 +16,28 @@ from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
 
-import av
 import cv2
 import numpy as np
 
-from fusion_ray.bench.tracking_clips import group_clip, make_sprite
+from fusion_ray.bench.tracking_clips import group_clip, photo_sprite
 from fusion_ray.errors import InputError
 from fusion_ray.imageio import read_image
 from fusion_ray.models.detector import ScrfdDetector
 from fusion_ray.types import Frame
 from fusion_ray.video import decode_all
-
-SAMPLE_RATE = 48_000
+from fusion_ray.video.synthetic import write_frames_video
 
 
 def write_group_video(path: Path, photos: Sequence[Path], detector: ScrfdDetector, *, n_frames: int = 275,
                       fps: int = 25, audio_lead_s: float = 0.4) -> Path:
     """The group clip (``photos``: three face photos, the last face of each is used) as ``path``:
-    H.264 yuv420p 640x360 at ``fps``, with a tone whose first sample is ``audio_lead_s`` before
-    the first video frame."""
+    H.264 640x360 at ``fps`` (CRF 18, a keyframe a second), with a tone whose first sample is
+    ``audio_lead_s`` before the first video frame."""
     if len(photos) != 3:
         raise InputError(f"the group clip takes three face photos, got {len(photos)}")
-    sprites = []
-    for photo in photos:
-        frame = read_image(photo).frame
-        faces = detector.detect(frame)
-        if not faces:
-            raise InputError(f"no face found in {photo}")
-        sprites.append(make_sprite(frame, faces[-1]))
-    clip = group_clip(sprites[0], sprites[1], sprites[2], n_frames=n_frames)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lead = round(audio_lead_s * fps)
-    with av.open(str(path), "w") as out:
-        video = out.add_stream("libx264", rate=Fraction(fps))
-        h, w = clip.frames[0].shape[:2]
-        video.width, video.height, video.pix_fmt = w, h, "yuv420p"
-        video.options = {"g": str(fps), "preset": "veryfast", "crf": "18"}
-        audio = out.add_stream("aac", rate=SAMPLE_RATE)
-        total = round((n_frames + lead) / fps * SAMPLE_RATE)
-        done = 0
-        for i, frame in enumerate(clip.frames):
-            until = round((i + lead + 1) / fps * SAMPLE_RATE)
-            done = _mux_tone(out, audio, done, min(until, total))
-            picture = av.VideoFrame.from_ndarray(frame, format="bgr24")
-            picture.pts = i + lead
-            picture.time_base = Fraction(1, fps)
-            out.mux(video.encode(picture))
-        _mux_tone(out, audio, done, total)
-        out.mux(video.encode(None))
-        out.mux(audio.encode(None))
-    return path
-
-
-def _mux_tone(out: av.container.OutputContainer, audio: av.AudioStream, done: int, until: int) -> int:
-    step = 1024
-    while done < until:
-        count = min(step, until - done)
-        t = (np.arange(done, done + count) / SAMPLE_RATE).astype(np.float32)
-        samples = (0.2 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)[None, :]
-        chunk = av.AudioFrame.from_ndarray(samples, format="fltp", layout="mono")
-        chunk.sample_rate, chunk.pts = SAMPLE_RATE, done
-        out.mux(audio.encode(chunk))
-        done += count
-    return done
+    turning, crossing, covered = (photo_sprite(photo, detector) for photo in photos)
+    clip = group_clip(turning, crossing, covered, n_frames=n_frames)
+    return write_frames_video(path, clip.frames, fps=Fraction(fps), audio_lead_s=audio_lead_s, crf=18)
 
 
 def make_mixed_photo_set(folder: Path, count: int, photos: Sequence[Path], *, seed: int = 0,

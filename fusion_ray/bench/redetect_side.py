@@ -40,13 +40,10 @@ CLIP_FPS = 25
 
 def write_clip(assets: Path, out: Path, n_frames: int) -> Path:
     """The group clip at ``n_frames`` as ``out/clip.mp4`` and ``out/clip.npz``."""
-    from fusion_ray.bench.tracking_clips import group_clip, make_sprite
-    from fusion_ray.imageio import read_image
+    from fusion_ray.bench.tracking_clips import group_clip, photo_sprite
 
     detector = load_detector(assets / "models" / "scrfd_2.5g.onnx")
-    sprites = [make_sprite(photo, detector.detect(photo)[-1])
-               for photo in (read_image(assets / "images" / f"{n}.jpg").frame
-                             for n in ("obama", "biden", "obama_and_biden"))]
+    sprites = [photo_sprite(assets / "images" / f"{n}.jpg", detector) for n in ("obama", "biden", "obama_and_biden")]
     clip = group_clip(sprites[0], sprites[1], sprites[2], n_frames=n_frames)
     out.mkdir(parents=True, exist_ok=True)
     h, w = clip.frames[0].shape[:2]

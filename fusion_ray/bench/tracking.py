@@ -38,16 +38,15 @@ from fusion_ray.bench.tracking_clips import (
     Clip,
     crossing_clip,
     group_clip,
-    make_sprite,
     motion_clip,
+    photo_sprite,
     still_clip,
 )
 from fusion_ray.config import DetectorConfig, RuntimeConfig, TrackingConfig
 from fusion_ray.core.tracking.matching import assign
 from fusion_ray.core.tracking.redetect import TrackingDetector, merge
 from fusion_ray.core.tracking.tracks import FrameFaces, Tracker, track_segment
-from fusion_ray.errors import InputError, NoFaceError
-from fusion_ray.imageio import read_image
+from fusion_ray.errors import InputError
 from fusion_ray.models.detector import ScrfdDetector
 from fusion_ray.models.registry import get_spec
 from fusion_ray.models.session import create_session
@@ -87,13 +86,8 @@ def load_detector(model_path: Path) -> ScrfdDetector:
 
 
 def build_clips(detector: ScrfdDetector, images_dir: Path) -> list[Clip]:
-    sprites = {}
-    for name in ("obama", "biden", "obama_and_biden"):
-        photo = read_image(images_dir / f"{name}.jpg").frame
-        faces = detector.detect(photo)
-        if not faces:
-            raise NoFaceError(f"no face found on {images_dir / name}.jpg")
-        sprites[name] = make_sprite(photo, faces[-1])   # the group photo's third face
+    sprites = {name: photo_sprite(images_dir / f"{name}.jpg", detector)  # the group photo's third face
+               for name in ("obama", "biden", "obama_and_biden")}
     return [motion_clip(sprites["obama"]), crossing_clip(sprites["obama"], sprites["biden"]),
             still_clip(sprites["biden"]), group_clip(sprites["obama"], sprites["biden"], sprites["obama_and_biden"])]
 

@@ -12,12 +12,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
 import numpy.typing as npt
 
+from fusion_ray.errors import NoFaceError
+from fusion_ray.imageio import read_image
 from fusion_ray.types import Face, Frame
+
+if TYPE_CHECKING:
+    from fusion_ray.models.detector import ScrfdDetector
 
 FRAME_HW = (360, 640)
 
@@ -59,6 +66,16 @@ def make_sprite(photo: Frame, face: Face) -> Sprite:
     cv2.ellipse(alpha, (w // 2, h // 2), (int(w * 0.42), int(h * 0.47)), 0, 0, 360, 1.0, -1)
     feathered = np.asarray(cv2.GaussianBlur(alpha, (0, 0), max(1.0, 0.04 * w)), np.float32)
     return Sprite(pixels, feathered, face.landmarks_5.astype(np.float64) - [left, top])
+
+
+def photo_sprite(path: Path, detector: ScrfdDetector) -> Sprite:
+    """The sprite of the last face ``detector`` finds on the photo at ``path`` (a group photo's
+    last); NoFaceError when it finds none."""
+    photo = read_image(path).frame
+    faces = detector.detect(photo)
+    if not faces:
+        raise NoFaceError(f"no face found on {path}")
+    return make_sprite(photo, faces[-1])
 
 
 def similarity(sprite: Sprite, centre: tuple[float, float], angle_deg: float, scale: float) -> npt.NDArray[np.float64]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -144,19 +144,49 @@ def make_test_video(
     return path
 
 
+def write_frames_video(path: str | Path, frames: Sequence[np.ndarray], *, fps: Fraction,
+                       audio_lead_s: float = 0.0, crf: int = 20) -> Path:
+    """Write ``frames`` (BGR uint8, one size) as an H.264 (+ AAC tone) MP4 with a keyframe every
+    second; the tone starts ``audio_lead_s`` (rounded to whole frames) before the first frame, as
+    phone and camera files often have it."""
+    path = Path(path)
+    fps = Fraction(fps)
+    if not frames:
+        raise ValueError("no frames to write")
+    lead = round(audio_lead_s * fps)
+    times = [(i + lead) / fps for i in range(len(frames))]
+    height, width = frames[0].shape[:2]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with av.open(str(path), mode="w") as out:
+            _encode_frames(out, frames, (width, height), times=times, time_base=1 / fps, fps=fps,
+                           gop=max(1, round(fps)), audio=True, crf=crf)
+    except (av.FFmpegError, OSError) as exc:
+        raise VideoError(f"cannot write video {path}: {exc}") from exc
+    return path
+
+
 def _encode_clip(out: Any, *, background: np.ndarray, face: np.ndarray, hidden: set[int],
                  times: Sequence[Fraction], time_base: Fraction, fps: Fraction, gop: int,
                  audio: bool) -> None:
-    """Encode and mux every frame (each at its time) and, with ``audio``, the tone beside it."""
+    """Encode and mux every rendered frame (each at its time) and, with ``audio``, the tone beside it."""
     height, width = background.shape[:2]
     n_frames = len(times)
-    vstream = _add_video_stream(out, fps, gop, (width, height), time_base)
+    images = (render_frame(i, n_frames=n_frames, background=background, face=None if i in hidden else face)
+              for i in range(n_frames))
+    _encode_frames(out, images, (width, height), times=times, time_base=time_base, fps=fps, gop=gop, audio=audio)
+
+
+def _encode_frames(out: Any, images: Iterable[np.ndarray], size_wh: tuple[int, int], *,
+                   times: Sequence[Fraction], time_base: Fraction, fps: Fraction, gop: int, audio: bool,
+                   crf: int = 20) -> None:
+    """Encode and mux ``images`` (each at its time) and, with ``audio``, the tone from time 0 beside them."""
+    n_frames = len(times)
+    vstream = _add_video_stream(out, fps, gop, size_wh, time_base, crf)
     astream = out.add_stream("aac", rate=AUDIO_SAMPLE_RATE, layout="mono") if audio else None
     total_samples = int(round((times[-1] + 1 / fps) * AUDIO_SAMPLE_RATE))
     samples_done = 0
-    for i in range(n_frames):
-        img = render_frame(i, n_frames=n_frames, background=background,
-                           face=None if i in hidden else face)
+    for i, img in enumerate(images):
         vframe = av.VideoFrame.from_ndarray(img, format="bgr24")
         vframe.pts = round(times[i] / time_base)
         vframe.time_base = time_base
@@ -190,12 +220,12 @@ def _face_source(face_image: np.ndarray | None, height: int) -> np.ndarray:
 
 
 def _add_video_stream(out: Any, fps: Fraction, gop: int, size_wh: tuple[int, int],
-                      time_base: Fraction) -> Any:
+                      time_base: Fraction, crf: int = 20) -> Any:
     """An H.264 stream with a fixed keyframe interval (gop frames) and the given time base."""
     width, height = size_wh
     vstream = out.add_stream(
         "libx264", rate=fps,
-        options={"crf": "20", "preset": "veryfast", "g": str(gop),
+        options={"crf": str(crf), "preset": "veryfast", "g": str(gop),
                  "keyint_min": str(gop), "sc_threshold": "0"},
     )
     vstream.width = width
