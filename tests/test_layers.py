@@ -79,13 +79,10 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    modules = set(paths)
-    return {m: imports_of(p, modules) - {m} for m, p in paths.items()}
-
-
-GRAPH = import_graph()
+PATHS = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+"""Every module of the package and its file."""
+GRAPH = {m: imports_of(p, set(PATHS)) - {m} for m, p in PATHS.items()}
+"""Every module and the package's modules it imports."""
 
 
 def test_every_module_is_in_a_layer() -> None:
@@ -157,9 +154,8 @@ NO_SERVICE_OR_CLUSTER = ("fusion_ray.core", "fusion_ray.jobs", "fusion_ray.ops",
 
 @pytest.mark.parametrize("module", sorted(m for m in GRAPH if m.startswith(NO_SERVICE_OR_CLUSTER)))
 def test_the_core_and_jobs_import_neither_ray_nor_the_web_stack(module: str) -> None:
-    path = PACKAGE.parent / (module.replace(".", "/") + ("/__init__.py" if (PACKAGE.parent / module.replace(".", "/")).is_dir() else ".py"))
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(PATHS[module].read_text())):
         if isinstance(node, ast.Import):
             names.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
